@@ -1,0 +1,90 @@
+"""The in-process engine: a converted model (EngineFile) plus a KV cache, driven by one C call per forward.
+
+    eng = Engine(EngineFile(path), lm_head="int8", threads=None, isa=None)
+    logits = eng.forward(ids, commit=True)            # (1, vocab): logits of the last token
+    logits = eng.forward(ids, rows=range(len(ids)))   # (len(ids), vocab)
+
+forward(tokens, *, start=None, commit=True, attention="causal", block_size=0, kv_end=None, rows=None)
+    tokens      ids placed at positions start, start+1, ...; start defaults to n_past (the committed length)
+    commit      True: start <= n_past (rewrites from start), afterwards n_past = start + len(tokens).
+                False: start >= n_past; the K/V written for these tokens are scratch beyond n_past,
+                       the committed cache is unchanged.
+    attention   "causal": query at position q sees keys k <= q;
+                "block": sees keys with k // block_size <= q // block_size (bidirectional inside an
+                aligned block, causal across blocks).
+    kv_end      keys are read from positions [0, kv_end); default start + len(tokens). A larger value
+                reuses scratch K/V written by an earlier uncommitted call (DualCache).
+    rows        batch indices whose logits are returned (default: the last one); [] returns (0, vocab).
+Returns float32 (len(rows), vocab). Bad ids or positions raise ValueError; the C call releases the GIL.
+"""
+import os
+import threading
+
+import numpy as np
+
+from .engine_file import EngineFile
+
+ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
+
+
+class Engine:
+    def __init__(self, ef: EngineFile, *, lm_head: str = "int8", threads: int | None = None,
+                 isa: str | None = None, ctx: int | None = None):
+        from . import _engine  # the compiled extension (built from _kernels/ by setup.py)
+
+        if lm_head not in ("int8", "exact"):
+            raise ValueError(f"lm_head must be 'int8' or 'exact', not {lm_head!r}")
+        cfg = ef.config
+        self.file = ef
+        self.lm_head = lm_head
+        self.vocab_size = int(cfg["vocab_size"])
+        self.ctx = int(ctx or cfg["max_position_embeddings"])
+        if threads is None:
+            threads = int(os.environ.get("BITNET_THREADS", 0)) or (os.cpu_count() or 1)
+        isa = isa or os.environ.get(ISA_ENV) or None
+        self._c = _engine.CEngine(ef, lm_head == "exact", int(threads), isa, self.ctx)
+        self.isa = self._c.isa
+        self.threads = self._c.threads
+        self.n_past = 0
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    def truncate(self, n: int) -> None:
+        """Forget committed positions from n on (regenerate, diffusion)."""
+        self.n_past = max(0, min(self.n_past, int(n)))
+
+    def forward(self, tokens, *, start: int | None = None, commit: bool = True, attention: str = "causal",
+                block_size: int = 0, kv_end: int | None = None, rows=None) -> np.ndarray:
+        toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64).reshape(-1))
+        n = len(toks)
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        if toks.min() < 0 or toks.max() >= self.vocab_size:
+            bad = int(toks[(toks < 0) | (toks >= self.vocab_size)][0])
+            raise ValueError(f"token id {bad} is out of range for this model (vocabulary {self.vocab_size})")
+        start = self.n_past if start is None else int(start)
+        if start < 0 or start + n > self.ctx:
+            raise ValueError(f"positions {start}..{start + n - 1} do not fit the context of {self.ctx} tokens")
+        if commit and start > self.n_past:
+            raise ValueError(f"commit at {start} would leave a gap after the {self.n_past} committed positions")
+        if not commit and start < self.n_past:
+            raise ValueError(f"an uncommitted forward at {start} would overwrite committed positions (< {self.n_past})")
+        if attention not in ("causal", "block"):
+            raise ValueError(f"attention must be 'causal' or 'block', not {attention!r}")
+        if attention == "block" and block_size <= 0:
+            raise ValueError("block attention needs block_size > 0")
+        kv_end = start + n if kv_end is None else int(kv_end)
+        if kv_end < start + n or kv_end > self.ctx:
+            raise ValueError(f"kv_end {kv_end} must lie in [{start + n}, {self.ctx}]")
+        rows = np.asarray([n - 1] if rows is None else list(rows), dtype=np.int32)
+        if len(rows) and (rows.min() < 0 or rows.max() >= n):
+            raise ValueError(f"logit rows must lie in [0, {n})")
+        out = np.empty((len(rows), self.vocab_size), dtype=np.float32)
+        with self._lock:
+            self._c.forward(toks.astype(np.int32), start, kv_end, 1 if attention == "block" else 0,
+                            int(block_size), rows, out)
+            if commit:
+                self.n_past = start + n
+        return out
