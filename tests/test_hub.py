@@ -1,0 +1,177 @@
+"""bitnet_app.hub against the loopback fake Hub: real huggingface_hub code over real HTTP."""
+import hashlib
+import json
+import os
+import socket
+
+import pytest
+
+from bitnet_app import hub
+from fake_hub import FakeHub
+
+BIG = 24 << 20  # above huggingface_hub's 10 MB read chunk, so a dropped connection resumes mid-file
+
+
+def _write_repo(folder, *, model_type="bitnet", weights=BIG):
+    os.makedirs(folder, exist_ok=True)
+    arch = "BitNetForCausalLM" if model_type == "bitnet" else "LlamaForCausalLM"
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"architectures": [arch], "model_type": model_type, "vocab_size": 64}, f)
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump({"version": "1.0", "model": {"type": "BPE"}}, f)
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [1, 2]}, f)
+    with open(os.path.join(folder, "README.md"), "w") as f:
+        f.write("not needed by the app\n")
+    with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
+        f.write(b"never downloaded")
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(os.urandom(weights))
+    return folder
+
+
+def _sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return _write_repo(str(tmp_path / "src"))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return str(tmp_path / "hf-cache")
+
+
+@pytest.fixture
+def served(repo, monkeypatch):
+    def start(**options):
+        fake = FakeHub({"org/bitnet-tiny": repo}, **options).start()
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        started.append(fake)
+        return fake
+    started = []
+    yield start
+    for fake in started:
+        fake.stop()
+
+
+def _closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_download_only_needed_files_with_byte_progress(served, repo, cache):
+    fake = served()
+    seen = []
+    folder = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache, progress=seen.append)
+    assert sorted(os.listdir(folder)) == ["config.json", "generation_config.json", "model.safetensors",
+                                          "tokenizer.json"]
+    for name in os.listdir(folder):
+        assert _sha(os.path.join(folder, name)) == _sha(os.path.join(repo, name))
+    fetched = {path.rsplit("/", 1)[1] for method, path, _ in fake.requests if method == "GET" and "/resolve/" in path}
+    assert fetched == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"}
+    total = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+    assert seen[-1].done == seen[-1].total == total and seen[-1].files_done == 4 and seen[-1].file == ""
+    assert [p.done for p in seen] == sorted(p.done for p in seen)  # bytes only go up
+    assert any(0 < p.done < total and p.file == "model.safetensors" for p in seen)  # mid-file byte updates
+    assert "config.json" == seen[0].file  # the architecture is checked before the weights are fetched
+
+
+def test_second_call_is_served_from_cache(served, cache):
+    fake = served()
+    first = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    fake.requests.clear()
+    seen = []
+    assert hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache, progress=seen.append) == first
+    assert not [r for r in fake.requests if r[0] == "GET" and "/resolve/" in r[1]]
+    assert seen[-1].done == seen[-1].total
+
+
+def test_dropped_connection_resumes_with_range(served, repo, cache):
+    fake = served(drop_after={"model.safetensors": 15 << 20})
+    folder = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    gets = [r for r in fake.requests if r[0] == "GET" and r[1].endswith("/model.safetensors")]
+    assert len(gets) == 2 and gets[0][2] is None
+    assert gets[1][2] == f"bytes={10 << 20}-"  # continued where the last full chunk ended
+    assert _sha(os.path.join(folder, "model.safetensors")) == _sha(os.path.join(repo, "model.safetensors"))
+    assert not [n for n in os.listdir(os.path.join(cache, "models--org--bitnet-tiny", "blobs"))
+                if n.endswith(".incomplete")]
+
+
+def test_offline_mode_uses_the_cache_only(served, cache, monkeypatch):
+    fake = served()
+    folder = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    fake.stop()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache) == folder
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("org/never-downloaded", cache_dir=cache)
+    assert err.value.kind == "offline" and "Demo model" in str(err.value)
+
+
+def test_no_network(cache, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    assert err.value.kind == "network"
+    assert "no network" in str(err.value) and "Demo model" in str(err.value) and "retry" in str(err.value)
+
+
+def test_no_network_falls_back_to_a_complete_cached_copy(served, cache, monkeypatch):
+    served()
+    folder = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    assert hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache) == folder
+
+
+def test_repo_not_found(served, cache):
+    served(missing={"org/bitnet-tiny"})
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    assert err.value.kind == "not_found" and "org/bitnet-tiny" in str(err.value)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_gated_repo_asks_for_a_token(served, cache, status):
+    served(gated={"org/bitnet-tiny"}, gated_status=status)
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    assert err.value.kind == "gated" and "token" in str(err.value)
+
+
+def test_not_a_bitnet_checkpoint_stops_before_the_weights(tmp_path, cache, monkeypatch):
+    llama = _write_repo(str(tmp_path / "llama"), model_type="llama", weights=1 << 20)
+    with FakeHub({"org/llama": llama}) as fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        with pytest.raises(hub.HubError) as err:
+            hub.download_checkpoint("org/llama", cache_dir=cache)
+    assert err.value.kind == "not_bitnet" and "LlamaForCausalLM" in str(err.value)
+    assert not [r for r in fake.requests if r[1].endswith(".safetensors")]
+
+
+def test_disk_space_is_checked_up_front(served, cache):
+    fake = served(fake_sizes={"model.safetensors": 1 << 60})  # an exabyte: no disk has that free
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    assert err.value.kind == "disk_full" and "disk space" in str(err.value)
+    assert not [r for r in fake.requests if r[1].endswith(".safetensors")]
+
+
+def test_bad_repo_id_is_explained(cache):
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("not a repo", cache_dir=cache)
+    assert err.value.kind == "not_found" and "owner/name" in str(err.value)
+
+
+def test_check_bitnet_config_accepts_both_official_layouts():
+    hub.check_bitnet_config({"architectures": ["BitNetForCausalLM"], "model_type": "bitnet"}, "x")
+    hub.check_bitnet_config({"model_type": "llama", "quantization_config": {"quant_method": "bitnet"}}, "x")
+    with pytest.raises(hub.HubError):
+        hub.check_bitnet_config({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, "x")
