@@ -1,0 +1,256 @@
+"""Hugging Face BitNetForCausalLM checkpoint folder -> one packed engine file (engine_file.py).
+
+    convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
+
+Two source layouts (see shared/reference/bitnet-checkpoint.md sections 2-5):
+  offline  microsoft/bitnet-b1.58-2B-4T: `<proj>.weight` U8 (N/4, K) in the HF blocked layout
+           (packing.unpack_hf_u8) + a one-element `<proj>.weight_scale`.
+           linear_class "autobitlinear": W_eff = T * weight_scale  (scale_mode "multiply")
+           linear_class "bitlinear":     W_eff = T / weight_scale  (scale_mode "divide")
+           linear_class absent: inferred from the scales (see _infer_scale_mode), recorded in meta.
+  online   the -bf16 sibling: `<proj>.weight` BF16/F16/F32 (N, K) latent weights, ternarized exactly as
+           transformers WeightQuant does in fp32: s = 1/max(mean|w|, 1e-5), T = clamp(rint(w*s), -1, 1),
+           W_eff = T * float32(1/s).
+Output tensors (names and layouts in engine_file.py): per layer, q|k|v and gate|up fused row-wise into
+one tile-packed ternary matrix each with a float32 per-row multiplier (Np,), padding rows 0.
+The embedding stays bf16 (V, D); the int8 head is its per-row absmax quantization, built in row chunks.
+The untied-head case (tie_word_embeddings false with an lm_head.weight) is rejected: the engine file
+has one embedding that is also the head.
+"""
+import os
+import time
+
+import numpy as np
+
+from . import packing
+from .convert_meta import ConvertError, read_model_config, read_quant_config, read_text_meta
+from .engine_file import write_engine_file
+from .safetensors_reader import Checkpoint, SafetensorsError
+
+FLOAT_TAGS = ("BF16", "F16", "F32")
+HEAD_CHUNK = 8192           # embedding rows per head-quantization chunk (multiple of 16): ~84 MB fp32 at D=2560
+DIVIDE_THRESHOLD = 3.0      # see _infer_scale_mode
+CONVERTER_VERSION = 1
+
+
+def _proj_shapes(cfg: dict) -> dict:
+    """Logical [out N, in K] of the seven projections of one layer."""
+    D, I, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    return {"self_attn.q_proj": (q, D), "self_attn.k_proj": (kv, D), "self_attn.v_proj": (kv, D),
+            "self_attn.o_proj": (D, q), "mlp.gate_proj": (I, D),
+            "mlp.up_proj": (I, D), "mlp.down_proj": (D, I)}
+
+
+def _norm_shapes(cfg: dict) -> dict:
+    """HF norm name -> (engine name suffix, length)."""
+    D, I = cfg["hidden_size"], cfg["intermediate_size"]
+    return {"input_layernorm": ("attn_norm", D), "self_attn.attn_sub_norm": ("attn_sub_norm", D),
+            "post_attention_layernorm": ("ffn_norm", D), "mlp.ffn_sub_norm": ("ffn_sub_norm", I)}
+
+
+def _expect(ck: Checkpoint, name: str, shape: tuple, tags: tuple) -> None:
+    """Raise ConvertError unless tensor `name` exists with this shape and one of these dtypes."""
+    if name not in ck:
+        raise ConvertError(f"tensor {name!r} is missing from {ck.folder}. The checkpoint is incomplete or not a "
+                           f"BitNet b1.58 model: download it again.")
+    got = tuple(ck.shape(name))
+    if got != tuple(shape):
+        raise ConvertError(f"tensor {name!r} has shape {list(got)}, expected {list(shape)} from config.json. "
+                           f"The weights and config.json do not belong together: download the checkpoint again.")
+    if ck.dtype(name) not in tags:
+        raise ConvertError(f"tensor {name!r} has dtype {ck.dtype(name)}, expected {' or '.join(tags)}. "
+                           f"Use an unmodified BitNet b1.58 checkpoint (packed U8 or bf16).")
+
+
+def _check_tensors(ck: Checkpoint, cfg: dict, layout: str) -> None:
+    """Check every tensor the conversion reads (header only, no data) before any work starts."""
+    D, V = cfg["hidden_size"], cfg["vocab_size"]
+    _expect(ck, "model.embed_tokens.weight", (V, D), FLOAT_TAGS)
+    _expect(ck, "model.norm.weight", (D,), FLOAT_TAGS)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        for hf, (_, n) in _norm_shapes(cfg).items():
+            _expect(ck, p + hf + ".weight", (n,), FLOAT_TAGS)
+        for proj, (N, K) in _proj_shapes(cfg).items():
+            name = p + proj + ".weight"
+            if layout == "offline":
+                if N % 4:
+                    raise ConvertError(f"{name}: {N} output rows cannot be stored 4 per byte (packed layout).")
+                _expect(ck, name, (N // 4, K), ("U8",))
+                s = name + "_scale"
+                if s not in ck:
+                    raise ConvertError(f"tensor {s!r} is missing from {ck.folder}; packed U8 weights need their "
+                                       f"weight_scale. Download the checkpoint again.")
+                if ck.dtype(s) not in FLOAT_TAGS or int(np.prod(ck.shape(s))) != 1:
+                    raise ConvertError(f"tensor {s!r} is {ck.dtype(s)} {list(ck.shape(s))}, expected one "
+                                       f"BF16/F16/F32 value (a per-tensor scale).")
+            else:
+                _expect(ck, name, (N, K), FLOAT_TAGS)
+
+
+def _layout(ck: Checkpoint, cfg: dict, linear_class, mode) -> str:
+    """"offline" (packed U8) or "online" (latent floats), from the data, checked against the config."""
+    if cfg["num_hidden_layers"] == 0:
+        return mode or "offline"
+    first = "model.layers.0.self_attn.q_proj.weight"
+    if first not in ck:
+        raise ConvertError(f"tensor {first!r} is missing from {ck.folder}. Download the checkpoint again.")
+    layout = "offline" if ck.dtype(first) == "U8" else "online"
+    if mode is not None and mode != layout:
+        raise ConvertError(f"quantization_mode is {mode!r} but {first} is {ck.dtype(first)} "
+                           f"({'packed' if layout == 'offline' else 'latent float'} weights). config.json and the "
+                           f"weights do not match: download the checkpoint again.")
+    if layout == "online" and linear_class == "bitlinear":
+        raise ConvertError("linear_class 'bitlinear' with latent (online) weights is not a supported quantization "
+                           "mode. Use the packed checkpoint, or an autobitlinear online one.")
+    return layout
+
+
+def _infer_scale_mode(scales: list[float]) -> str:
+    """Offline checkpoint without linear_class: does W_eff = T * s or T / s?
+
+    Both conventions store a per-tensor scale derived from the latent weights' mean |W|:
+    autobitlinear (2B-4T) stores mean|W| itself (~1.5 there; trained BitNet latents are O(0.01..2)),
+    bitlinear stores 1/mean|W| (HF1BitLLM-era models: ~20-100). A median scale above 3 would mean a
+    latent mean |W| above 3 under "multiply", which no known checkpoint has, so it is read as "divide".
+    """
+    return "divide" if float(np.median(scales)) > DIVIDE_THRESHOLD else "multiply"
+
+
+def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str) -> tuple[np.ndarray, np.float32]:
+    """One projection -> (ternary int8 (N, K), float32 multiplier m) with W_eff = T * m."""
+    if layout == "offline":
+        packed = ck.get(name)
+        if np.any(packed & (packed >> 1) & 0x55):   # a 2-bit field equal to 3 (would unpack to +2)
+            raise ConvertError(f"tensor {name!r} holds the invalid 2-bit code 3 (ternary codes are 0, 1, 2). "
+                               f"The file is corrupt: download the checkpoint again.")
+        t = packing.unpack_hf_u8(packed)
+        s = np.float32(ck.get_f32(name + "_scale").reshape(-1)[0])
+        if not np.isfinite(s) or s <= 0:
+            raise ConvertError(f"{name}_scale is {s}; a weight scale must be a positive number. Download the "
+                               f"checkpoint again.")
+        return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
+    w = ck.get_f32(name)
+    # transformers WeightQuant, in fp32: s = 1 / mean|w|.clamp(1e-5); T = round(w*s).clamp(-1, 1); W = T / s
+    mean = np.float32(np.mean(np.abs(w), dtype=np.float64))
+    s = np.float32(1.0) / max(mean, np.float32(1e-5))
+    t = np.clip(np.rint(w * s), -1, 1).astype(np.int8)
+    return t, np.float32(1.0) / s
+
+
+def _fuse(parts: list[tuple[np.ndarray, np.float32]]) -> tuple[np.ndarray, np.ndarray]:
+    """[(T_j (N_j, K), m_j)] -> (tiles of concat(T_j) rows, per-row multiplier float32 (Np,), 0 in padding)."""
+    t = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts], axis=0)
+    codes = packing.pack_ternary_tiles(t)
+    scale = np.zeros(codes.shape[0] * packing.TILE_ROWS, dtype=np.float32)
+    row = 0
+    for tj, mj in parts:
+        scale[row:row + tj.shape[0]] = mj
+        row += tj.shape[0]
+    return codes, scale
+
+
+def _embed_and_head(ck: Checkpoint, V: int, D: int, report) -> dict:
+    """embed bf16 bits (V, D); head.i8 tiles, head.scale (Vp,), head.rowsum (Vp,), built HEAD_CHUNK rows at a time."""
+    name = "model.embed_tokens.weight"
+    src = ck.get(name)
+    if ck.dtype(name) == "BF16":
+        embed = src                                      # already bf16 bits: a view of the mmap, no copy
+    else:
+        embed = np.empty((V, D), dtype=np.uint16)
+        for r in range(0, V, HEAD_CHUNK):
+            embed[r:r + HEAD_CHUNK] = packing.f32_to_bf16(src[r:r + HEAD_CHUNK].astype(np.float32))
+    Vp, Dp = packing.ceil_to(V, 16), packing.ceil_to(D, 16)
+    head = np.zeros((Vp // 16, Dp // 4, 64), dtype=np.int8)
+    scale = np.zeros(Vp, dtype=np.float32)
+    rowsum = np.zeros(Vp, dtype=np.int32)
+    for r in range(0, V, HEAD_CHUNK):
+        e = min(V, r + HEAD_CHUNK)
+        w8, sc = packing.quantize_rows_int8(packing.bf16_to_f32(embed[r:e]))
+        tiles = packing.pack_int8_tiles(w8)
+        head[r // 16:r // 16 + tiles.shape[0]] = tiles
+        scale[r:e] = sc
+        rowsum[r:e] = w8.sum(axis=1, dtype=np.int32)
+        report(e / V, f"lm head rows {e}/{V}")
+    return {"embed": embed, "head.i8": head, "head.scale": scale, "head.rowsum": rowsum}
+
+
+def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
+    """Convert the HF checkpoint folder `src_dir` to the engine file `out_path` (written atomically).
+    progress: optional callable(fraction in [0, 1], message). Returns out_path.
+    Raises ConvertError (a ValueError) for any bad input; nothing is written under out_path then."""
+    t0 = time.time()
+
+    def report(frac, msg):
+        if progress is not None:
+            progress(min(1.0, max(0.0, frac)), msg)
+
+    if not os.path.isdir(src_dir):
+        raise ConvertError(f"{src_dir} is not a folder. Pass a Hugging Face checkpoint folder "
+                           f"(config.json, tokenizer.json, *.safetensors).")
+    cfg, raw = read_model_config(src_dir)
+    _, linear_class, mode = read_quant_config(raw)
+    text = read_text_meta(src_dir, cfg)
+    try:
+        ck = Checkpoint(src_dir)
+    except SafetensorsError as exc:
+        raise ConvertError(str(exc)) from exc
+    if raw.get("tie_word_embeddings") is False or ("lm_head.weight" in ck and not raw.get("tie_word_embeddings")):
+        raise ConvertError("this checkpoint has an untied lm_head (tie_word_embeddings is false); the engine file "
+                           "supports only BitNet's tied embedding head. Use a tied BitNet b1.58 checkpoint.")
+    layout = _layout(ck, cfg, linear_class, mode)
+    _check_tensors(ck, cfg, layout)
+
+    L = cfg["num_hidden_layers"]
+    projs = list(_proj_shapes(cfg))
+    inferred = False
+    if layout == "online":
+        scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
+    elif linear_class == "autobitlinear":
+        scale_mode = "multiply"
+    elif linear_class == "bitlinear":
+        scale_mode = "divide"
+    else:
+        scales = [float(ck.get_f32(f"model.layers.{i}.{p}.weight_scale").reshape(-1)[0])
+                  for i in range(L) for p in projs]
+        scale_mode, inferred = (_infer_scale_mode(scales) if scales else "multiply"), True
+
+    # Work: L layers + the head, with the head counted as about 10% of the total.
+    tensors = {}
+    try:
+        head = _embed_and_head(ck, cfg["vocab_size"], cfg["hidden_size"], lambda f, m: report(0.1 * f, m))
+        tensors["embed"] = head.pop("embed")
+        tensors["norm"] = ck.get_f32("model.norm.weight")
+        for i in range(L):
+            p, o = f"model.layers.{i}.", f"layers.{i}."
+            for hf, (eng, _) in _norm_shapes(cfg).items():
+                tensors[o + eng] = ck.get_f32(p + hf + ".weight")
+            tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode) for proj in projs}
+            for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+                               ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
+                               ("down", ("mlp.down_proj",))):
+                tensors[o + eng + ".codes"], tensors[o + eng + ".scale"] = _fuse([tern[g] for g in group])
+            del tern
+            report(0.1 + 0.85 * (i + 1) / max(L, 1), f"layer {i + 1}/{L}")
+        tensors.update(head)
+    except SafetensorsError as exc:
+        raise ConvertError(str(exc)) from exc
+
+    embed_dtype = ck.dtype("model.embed_tokens.weight")
+    meta = dict(text)
+    meta["config"] = cfg
+    meta["source"] = {
+        "path": os.path.abspath(src_dir), "layout": layout, "linear_class": linear_class,
+        "quantization_mode": mode, "scale_mode": scale_mode, "scale_mode_inferred": inferred,
+        "embed_dtype": embed_dtype, "embed_rounded_to_bf16": embed_dtype != "BF16",
+        "converter_version": CONVERTER_VERSION,
+    }
+    report(0.96, "writing the engine file")
+    try:
+        write_engine_file(out_path, meta, tensors)
+    except OSError as exc:
+        raise ConvertError(f"cannot write {out_path}: {exc}. Free some disk space or choose another output "
+                           f"path.") from exc
+    report(1.0, f"done in {time.time() - t0:.1f} s")
+    return out_path
