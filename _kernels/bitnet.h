@@ -1,0 +1,63 @@
+/* BitNet b1.58 engine: model description, KV-cache state and the one forward call.
+ *
+ * Shape letters used in every file of _kernels/:
+ *   D  hidden size            I  intermediate (FFN) size     L  layers
+ *   H  query heads            G  key/value heads              hd head dimension (H*hd == D)
+ *   V  vocabulary rows        T  tokens in one forward batch  C  context length (KV-cache positions)
+ *   Xp a size rounded up to a multiple of 16 (tile padding, see bitnet_app/packing.py)
+ *
+ * Weights live in the caller's memory (an mmap of the engine file); the engine never copies them.
+ */
+#ifndef BITNET_H
+#define BITNET_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* A ternary linear layer W (N, K): codes (Np/16, Kp/16, 64) uint8 tiles, one float multiplier per row. */
+typedef struct {
+    const uint8_t *codes;
+    const float *scale;   /* (Np,) weight_scale (multiply) or 1/weight_scale (divide), per row */
+    int n, k;             /* logical shape */
+} bn_ternary;
+
+typedef struct {
+    const float *attn_norm;     /* (D,) */
+    const float *attn_sub_norm; /* (D,) */
+    const float *ffn_norm;      /* (D,) */
+    const float *ffn_sub_norm;  /* (I,) */
+    bn_ternary qkv;             /* (H*hd + 2*G*hd, D) rows [q | k | v] */
+    bn_ternary o;               /* (D, D) */
+    bn_ternary gate_up;         /* (2I, D) rows [gate | up] */
+    bn_ternary down;            /* (D, I) */
+} bn_layer;
+
+typedef struct {
+    int dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab, ctx;
+    float rope_theta, eps;
+    const uint16_t *embed;      /* (V, D) bfloat16 bits: embedding, and the exact lm_head (tied) */
+    const float *norm;          /* (D,) final norm */
+    const int8_t *head_i8;      /* (Vp/16, Dp/4, 64) int8 tiles: the default lm_head */
+    const float *head_scale;    /* (Vp,) per-row scale of head_i8 */
+    const int32_t *head_rowsum; /* (Vp,) sum of each int8 row (for the u8 activation offset) */
+    bn_layer *layers;           /* (L,) */
+} bn_model;
+
+typedef struct bn_engine bn_engine;
+
+/* isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
+ * Returns NULL and writes a message into err (errlen bytes) on failure. */
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, const char *isa, int ctx,
+                            char *err, int errlen);
+void bn_engine_free(bn_engine *e);
+const char *bn_engine_isa(const bn_engine *e);
+int bn_engine_threads(const bn_engine *e);
+
+/* One forward of T tokens placed at positions start..start+T-1. Their K/V are written to the cache at
+ * those positions; attention reads keys [0, kv_end) (causal: k <= q; block: k/B <= q/B).
+ * Logits of the batch rows listed in rows[0..n_rows) go to logits (n_rows, V).
+ * attention: 0 causal, 1 block (block_size B). Returns 0, or -1 with a message in err. */
+int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
+               int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen);
+
+#endif

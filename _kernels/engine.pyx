@@ -1,0 +1,218 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Thin Cython wrapper around the C engine (bitnet.h): builds the bn_model from the numpy views of an
+EngineFile (no copies: the weights stay in the mmap) and runs bn_forward with the GIL released."""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int8_t, int32_t, uint8_t, uint16_t
+from libc.stdlib cimport malloc, free
+
+cnp.import_array()
+
+cdef extern from "bitnet.h":
+    ctypedef struct bn_ternary:
+        const uint8_t *codes
+        const float *scale
+        int n, k
+    ctypedef struct bn_layer:
+        const float *attn_norm
+        const float *attn_sub_norm
+        const float *ffn_norm
+        const float *ffn_sub_norm
+        bn_ternary qkv, o, gate_up, down
+    ctypedef struct bn_model:
+        int dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab, ctx
+        float rope_theta, eps
+        const uint16_t *embed
+        const float *norm
+        const int8_t *head_i8
+        const float *head_scale
+        const int32_t *head_rowsum
+        bn_layer *layers
+    ctypedef struct bn_engine:
+        pass
+    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, const char *isa, int ctx,
+                                char *err, int errlen)
+    void bn_engine_free(bn_engine *e)
+    const char *bn_engine_isa(const bn_engine *e)
+    int bn_engine_threads(const bn_engine *e)
+    int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
+                   int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen) nogil
+
+
+cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
+    """Data pointer of a C-contiguous array after checking its dtype and shape (a bad file must not crash)."""
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"engine file tensor {name} is missing")
+    if arr.dtype != dtype or tuple(arr.shape) != tuple(shape) or not arr.flags.c_contiguous:
+        raise ValueError(f"engine file tensor {name}: expected {np.dtype(dtype).name}{tuple(shape)}, "
+                         f"got {arr.dtype.name}{tuple(arr.shape)}; convert the checkpoint again")
+    return cnp.PyArray_DATA(<cnp.ndarray>arr)
+
+
+def _r16(n):
+    return (n + 15) // 16 * 16
+
+
+cdef class CEngine:
+    cdef bn_engine *e
+    cdef bn_layer *layers
+    cdef object keep  # the EngineFile whose mmap holds the weights
+    cdef int vocab
+
+    def __cinit__(self):
+        self.e = NULL
+        self.layers = NULL
+
+    def __init__(self, ef, bint exact_head, int threads, isa, int ctx):
+        cfg = ef.config
+        t = ef.tensors
+        cdef bn_model m
+        cdef char err[256]
+        D, I, L = int(cfg["hidden_size"]), int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
+        H, G = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
+        hd, V = int(cfg["head_dim"]), int(cfg["vocab_size"])
+        if min(D, I, L, H, G, hd, V) <= 0:
+            raise ValueError("engine file has a non-positive model dimension; convert the checkpoint again")
+        m.dim, m.hidden, m.n_layers, m.n_heads, m.n_kv_heads, m.head_dim, m.vocab = D, I, L, H, G, hd, V
+        m.ctx = int(cfg["max_position_embeddings"])
+        m.rope_theta = float(cfg["rope_theta"])
+        m.eps = float(cfg["rms_norm_eps"])
+        f32, u8, i8, u16, i32 = np.float32, np.uint8, np.int8, np.uint16, np.int32
+        m.embed = <const uint16_t *>_ptr(t.get("embed"), u16, (V, D), "embed")
+        m.norm = <const float *>_ptr(t.get("norm"), f32, (D,), "norm")
+        m.head_i8 = <const int8_t *>_ptr(t.get("head.i8"), i8, (_r16(V) // 16, _r16(D) // 4, 64), "head.i8")
+        m.head_scale = <const float *>_ptr(t.get("head.scale"), f32, (_r16(V),), "head.scale")
+        m.head_rowsum = <const int32_t *>_ptr(t.get("head.rowsum"), i32, (_r16(V),), "head.rowsum")
+        self.layers = <bn_layer *>malloc(sizeof(bn_layer) * L)
+        if self.layers == NULL:
+            raise MemoryError()
+        kvd = G * hd
+        shapes = {"qkv": (D + 2 * kvd, D), "o": (D, D), "gate_up": (2 * I, D), "down": (D, I)}
+        cdef bn_ternary *lin
+        for l in range(L):
+            p = f"layers.{l}."
+            self.layers[l].attn_norm = <const float *>_ptr(t.get(p + "attn_norm"), f32, (D,), p + "attn_norm")
+            self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,), p + "attn_sub_norm")
+            self.layers[l].ffn_norm = <const float *>_ptr(t.get(p + "ffn_norm"), f32, (D,), p + "ffn_norm")
+            self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,), p + "ffn_sub_norm")
+            for name, (n, k) in shapes.items():
+                if name == "qkv":
+                    lin = &self.layers[l].qkv
+                elif name == "o":
+                    lin = &self.layers[l].o
+                elif name == "gate_up":
+                    lin = &self.layers[l].gate_up
+                else:
+                    lin = &self.layers[l].down
+                lin.n, lin.k = n, k
+                lin.codes = <const uint8_t *>_ptr(t.get(p + name + ".codes"), u8, (_r16(n) // 16, _r16(k) // 16, 64), p + name + ".codes")
+                lin.scale = <const float *>_ptr(t.get(p + name + ".scale"), f32, (_r16(n),), p + name + ".scale")
+        m.layers = self.layers
+        isa_b = (isa or "").encode()
+        self.e = bn_engine_create(&m, exact_head, threads, isa_b, ctx, err, sizeof(err))
+        if self.e == NULL:
+            raise ValueError(err.decode(errors="replace"))
+        self.keep = ef
+        self.vocab = V
+
+    def __dealloc__(self):
+        if self.e != NULL:
+            bn_engine_free(self.e)
+        if self.layers != NULL:
+            free(self.layers)
+
+    @property
+    def isa(self):
+        return bn_engine_isa(self.e).decode()
+
+    @property
+    def threads(self):
+        return bn_engine_threads(self.e)
+
+    def forward(self, cnp.ndarray[int32_t, ndim=1, mode="c"] tokens, int start, int kv_end, int attention,
+                int block_size, cnp.ndarray[int32_t, ndim=1, mode="c"] rows,
+                cnp.ndarray[float, ndim=2, mode="c"] out):
+        """Run one forward; logits of `rows` into out (len(rows), vocab). Raises ValueError on bad input."""
+        cdef char err[256]
+        cdef int rc
+        cdef int T = tokens.shape[0], n_rows = rows.shape[0]
+        if out.shape[0] != n_rows or out.shape[1] != self.vocab:
+            raise ValueError("output array has the wrong shape")
+        cdef const int32_t *tp = <const int32_t *>tokens.data
+        cdef const int32_t *rp = <const int32_t *>rows.data
+        cdef float *op = <float *>out.data
+        with nogil:
+            rc = bn_forward(self.e, tp, T, start, kv_end, attention, block_size, rp, n_rows, op, err, sizeof(err))
+        if rc != 0:
+            raise ValueError(err.decode(errors="replace"))
+
+
+# ---------------------------------------------------------------- kernel entry points for the tests
+
+cdef extern from "kernels.h":
+    ctypedef struct bn_kernels:
+        const char *name
+        void (*ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                               const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                            const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
+    const bn_kernels *bn_select_kernels(const char *force)
+
+
+cdef const bn_kernels *_kernels(str isa) except NULL:
+    cdef const bn_kernels *k = bn_select_kernels(isa.encode())
+    if k == NULL:
+        raise ValueError(f"kernel path {isa!r} is not supported on this CPU")
+    return k
+
+
+def kernel_name(str isa=""):
+    """Name of the kernel path `isa` resolves to ("" = the automatic choice)."""
+    return _kernels(isa).name.decode()
+
+
+def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                   cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """Tiles (Np/16, Kp/16, 64) @ xq (T, Kp) -> (T, Np) float32, with xinv = 1 (raw scaled dot products)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int np_ = codes.shape[0] * 16, kp = codes.shape[1] * 16, T = xq.shape[0]
+    if xq.shape[1] != kp or scale.shape[0] != np_:
+        raise ValueError("shape mismatch")
+    xsum = np.ascontiguousarray(xq.sum(axis=1, dtype=np.int32))
+    xinv = np.ones(T, dtype=np.float32)
+    y = np.zeros((T, np_), dtype=np.float32)
+    cdef int32_t[::1] xs = xsum
+    cdef float[::1] xi = xinv
+    cdef float[:, ::1] yv = y
+    k.ternary_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
+                     &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
+    return y
+
+
+def kernel_int8(str isa, cnp.ndarray[int8_t, ndim=3, mode="c"] w, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                cnp.ndarray[int32_t, ndim=1, mode="c"] rowsum, cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """Int8 tiles (Np/16, Kp/4, 64) @ xq (T, Kp) -> (T, Np) float32, xinv = 1."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int np_ = w.shape[0] * 16, kp = w.shape[1] * 4, T = xq.shape[0]
+    if xq.shape[1] != kp or scale.shape[0] != np_ or rowsum.shape[0] != np_:
+        raise ValueError("shape mismatch")
+    xinv = np.ones(T, dtype=np.float32)
+    y = np.zeros((T, np_), dtype=np.float32)
+    cdef float[::1] xi = xinv
+    cdef float[:, ::1] yv = y
+    k.int8_matmul(<const int8_t *>w.data, kp, <const float *>scale.data, <const int32_t *>rowsum.data,
+                  <const int8_t *>xq.data, &xi[0], T, 0, np_, &yv[0, 0], np_)
+    return y
+
+
+def kernel_bf16(str isa, cnp.ndarray[uint16_t, ndim=2, mode="c"] w, cnp.ndarray[float, ndim=2, mode="c"] x):
+    """bf16 W (N, K) @ x (T, K) float32 -> (T, N) float32."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int n = w.shape[0], kk = w.shape[1], T = x.shape[0]
+    if x.shape[1] != kk:
+        raise ValueError("shape mismatch")
+    y = np.zeros((T, n), dtype=np.float32)
+    cdef float[:, ::1] yv = y
+    k.bf16_matmul(<const uint16_t *>w.data, kk, <const float *>x.data, T, 0, n, &yv[0, 0], n)
+    return y

@@ -1,0 +1,369 @@
+/* The BitNet b1.58 forward pass: all layers in one call, for a batch of T tokens.
+ *
+ * Per layer (reference: transformers BitNetDecoderLayer, fp32):
+ *   a = rmsnorm(x) * attn_norm                      (T, D)
+ *   q|k|v = ternary(qkv) @ quant8(a)                 (T, H*hd + 2*G*hd); RoPE half-split on q, k
+ *   K/V of the batch -> cache[start .. start+T)      (L, C, G*hd) float32
+ *   o = attention(q, cache keys [0, kv_end) under the causal or block mask)   (T, D)
+ *   x += ternary(o_proj) @ quant8(rmsnorm(o) * attn_sub_norm)
+ *   b = rmsnorm(x) * ffn_norm; g|u = ternary(gate_up) @ quant8(b)            (T, 2I)
+ *   x += ternary(down) @ quant8(rmsnorm(relu(g)^2 * u) * ffn_sub_norm)
+ * Final: logits[rows] = head(rmsnorm(x[rows]) * norm), head = int8 tiles (default) or bf16 embed (exact).
+ *
+ * quant8: per token, scale = 127 / max|x| (max clamped to 1e-5), q = round-half-even(x * scale) in
+ * [-128, 127]; the int32 dot products are multiplied back by 1/scale and the per-row weight multiplier.
+ * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitnet.h"
+#include "kernels.h"
+#include "pool.h"
+
+#define ROUND16(n) (((n) + 15) / 16 * 16)
+
+struct bn_engine {
+    bn_model m;
+    bn_layer *layers; /* own copy of the layer table */
+    const bn_kernels *k;
+    bn_pool *pool;
+    int exact_head, ctx;
+    int dp, ip, qkv_np, gu_np, vp; /* padded sizes */
+    float *k_cache, *v_cache;      /* (L, C, G*hd) */
+    float *rope_cos, *rope_sin;    /* (C, hd/2) */
+    /* scratch, sized for cap_t tokens and cap_rows logit rows */
+    int cap_t, cap_rows;
+    float *x, *xn, *qkv, *att, *proj, *gu, *scores, *logit_buf;
+    int8_t *xq;
+    int32_t *xsum;
+    float *xinv;
+};
+
+static void set_err(char *err, int errlen, const char *msg) {
+    if (err && errlen > 0) snprintf(err, (size_t)errlen, "%s", msg);
+}
+
+/* ---------------------------------------------------------------- small fp32 blocks */
+
+static float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+/* out (n) = x (n) / rms(x) * w (n): LlamaRMSNorm in fp32 */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float inv = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+/* Round half to even for |v| < 2^22 (true here: |v| <= 127) without a libm call. */
+static inline float round_even(float v) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    return (v + magic) - magic;
+}
+
+/* x (n) float -> q (np) int8 zero padded; returns sum(q) and 1/scale through the pointers */
+static void quantize_row(const float *x, int n, int np, int8_t *q, int32_t *qsum, float *inv_scale) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) {
+        float r = round_even(x[i] * scale);
+        r = r > 127.0f ? 127.0f : (r < -128.0f ? -128.0f : r);
+        q[i] = (int8_t)r;
+        s += q[i];
+    }
+    memset(q + n, 0, (size_t)(np - n));
+    *qsum = s;
+    *inv_scale = 1.0f / scale;
+}
+
+/* ---------------------------------------------------------------- parallel jobs */
+
+typedef struct {
+    bn_engine *e;
+    int kind; /* 0 ternary, 1 int8 head, 2 bf16 head */
+    const bn_ternary *w;
+    int T, n_units; /* tiles of 16 rows (kinds 0, 1) or rows (kind 2) */
+    const float *xf;
+    float *y;
+    int ldy;
+} matmul_job;
+
+static void matmul_worker(void *arg, int t, int n) {
+    const matmul_job *j = arg;
+    const bn_engine *e = j->e;
+    const int u0 = (int)((long)j->n_units * t / n), u1 = (int)((long)j->n_units * (t + 1) / n);
+    if (u0 >= u1) return;
+    if (j->kind == 0) {
+        e->k->ternary_matmul(j->w->codes, ROUND16(j->w->k), j->w->scale, e->xq, e->xsum, e->xinv, j->T, u0 * 16,
+                             u1 * 16, j->y, j->ldy);
+    } else if (j->kind == 1) {
+        e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, e->xq, e->xinv, j->T, u0 * 16,
+                          u1 * 16, j->y, j->ldy);
+    } else {
+        e->k->bf16_matmul(e->m.embed, e->m.dim, j->xf, j->T, u0, u1, j->y, j->ldy);
+    }
+}
+
+/* y (T, Np) = W @ quant8 rows already in e->xq */
+static void ternary(bn_engine *e, const bn_ternary *w, int T, float *y, int ldy) {
+    matmul_job j = {e, 0, w, T, ROUND16(w->n) / 16, NULL, y, ldy};
+    bn_pool_run(e->pool, matmul_worker, &j);
+}
+
+/* Norm each of T rows of x (stride ldx) into e->xn, then quantize them into e->xq (stride kp). */
+static void norm_quant(bn_engine *e, const float *x, int ldx, const float *w, int n, int kp, int T) {
+    for (int t = 0; t < T; t++) {
+        float *xn = e->xn + (size_t)t * n;
+        rmsnorm(xn, x + (size_t)t * ldx, w, n, e->m.eps);
+        quantize_row(xn, n, kp, e->xq + (size_t)t * kp, &e->xsum[t], &e->xinv[t]);
+    }
+}
+
+typedef struct {
+    bn_engine *e;
+    int layer, T, start, kv_end, block;
+} attn_job;
+
+/* One query row per (token, head); each thread takes a contiguous share of the T*H pairs. */
+static void attention_worker(void *arg, int th, int nth) {
+    const attn_job *j = arg;
+    bn_engine *e = j->e;
+    const bn_model *m = &e->m;
+    const int hd = m->head_dim, kvd = m->n_kv_heads * hd, group = m->n_heads / m->n_kv_heads;
+    const int qkv_ld = e->qkv_np;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *kc = e->k_cache + (size_t)j->layer * e->ctx * kvd;
+    const float *vc = e->v_cache + (size_t)j->layer * e->ctx * kvd;
+    float *sc = e->scores + (size_t)th * e->ctx;
+    const int pairs = j->T * m->n_heads;
+    const int p0 = (int)((long)pairs * th / nth), p1 = (int)((long)pairs * (th + 1) / nth);
+    for (int p = p0; p < p1; p++) {
+        const int t = p / m->n_heads, h = p % m->n_heads, g = h / group;
+        const int pos = j->start + t;
+        /* visible keys are a prefix [0, end): causal up to pos, block up to the end of pos's block */
+        int end = j->block > 0 ? (pos / j->block + 1) * j->block : pos + 1;
+        if (end > j->kv_end) end = j->kv_end;
+        const float *q = e->qkv + (size_t)t * qkv_ld + h * hd;
+        float mx = -INFINITY;
+        for (int s = 0; s < end; s++) {
+            sc[s] = e->k->dot(q, kc + (size_t)s * kvd + g * hd, hd) * scale;
+            if (sc[s] > mx) mx = sc[s];
+        }
+        float sum = 0.0f;
+        for (int s = 0; s < end; s++) {
+            sc[s] = expf(sc[s] - mx);
+            sum += sc[s];
+        }
+        float *out = e->att + (size_t)t * m->dim + h * hd;
+        memset(out, 0, sizeof(float) * (size_t)hd);
+        for (int s = 0; s < end; s++) e->k->axpy(sc[s] / sum, vc + (size_t)s * kvd + g * hd, out, hd);
+    }
+}
+
+/* ---------------------------------------------------------------- create / free */
+
+static int grow_scratch(bn_engine *e, int T, int rows) {
+    if (T > e->cap_t) {
+        const bn_model *m = &e->m;
+        const int widest = e->ip > e->dp ? e->ip : e->dp;
+        free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
+        free(e->xq); free(e->xsum); free(e->xinv);
+        e->x = malloc(sizeof(float) * (size_t)T * m->dim);
+        e->xn = malloc(sizeof(float) * (size_t)T * widest);
+        e->qkv = malloc(sizeof(float) * (size_t)T * e->qkv_np);
+        e->att = malloc(sizeof(float) * (size_t)T * m->dim);
+        e->proj = malloc(sizeof(float) * (size_t)T * e->dp);
+        e->gu = malloc(sizeof(float) * (size_t)T * e->gu_np);
+        e->xq = malloc((size_t)T * widest + 64);
+        e->xsum = malloc(sizeof(int32_t) * (size_t)T);
+        e->xinv = malloc(sizeof(float) * (size_t)T);
+        e->cap_t = T;
+        if (!e->x || !e->xn || !e->qkv || !e->att || !e->proj || !e->gu || !e->xq || !e->xsum || !e->xinv) {
+            e->cap_t = 0;
+            return -1;
+        }
+    }
+    if (rows > e->cap_rows) {
+        free(e->logit_buf);
+        e->logit_buf = malloc(sizeof(float) * (size_t)rows * e->vp);
+        e->cap_rows = e->logit_buf ? rows : 0;
+        if (!e->logit_buf) return -1;
+    }
+    return 0;
+}
+
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, const char *isa, int ctx,
+                            char *err, int errlen) {
+    const bn_kernels *k = bn_select_kernels(isa);
+    if (!k) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "kernel path '%s' is not supported by this CPU (or unknown); use avx512, avx2 or portable", isa);
+        set_err(err, errlen, msg);
+        return NULL;
+    }
+    if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads || m->n_heads * m->head_dim != m->dim ||
+        m->head_dim % 2 || ctx <= 0) {
+        set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context)");
+        return NULL;
+    }
+    bn_engine *e = calloc(1, sizeof *e);
+    if (!e) { set_err(err, errlen, "out of memory"); return NULL; }
+    e->m = *m;
+    e->layers = malloc(sizeof(bn_layer) * (size_t)m->n_layers);
+    if (!e->layers) { free(e); set_err(err, errlen, "out of memory"); return NULL; }
+    memcpy(e->layers, m->layers, sizeof(bn_layer) * (size_t)m->n_layers);
+    e->m.layers = e->layers;
+    e->k = k;
+    e->exact_head = exact_head;
+    e->ctx = ctx;
+    e->dp = ROUND16(m->dim);
+    e->ip = ROUND16(m->hidden);
+    e->qkv_np = ROUND16(m->dim + 2 * m->n_kv_heads * m->head_dim);
+    e->gu_np = ROUND16(2 * m->hidden);
+    e->vp = ROUND16(m->vocab);
+    const size_t kv = (size_t)m->n_layers * ctx * m->n_kv_heads * m->head_dim;
+    e->k_cache = calloc(kv, sizeof(float)); /* calloc: untouched pages cost no memory */
+    e->v_cache = calloc(kv, sizeof(float));
+    const int half = m->head_dim / 2;
+    e->rope_cos = malloc(sizeof(float) * (size_t)ctx * half);
+    e->rope_sin = malloc(sizeof(float) * (size_t)ctx * half);
+    e->pool = bn_pool_create(n_threads);
+    e->scores = malloc(sizeof(float) * (size_t)ctx * (e->pool ? bn_pool_size(e->pool) : 1));
+    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->pool || !e->scores) {
+        bn_engine_free(e);
+        set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
+        return NULL;
+    }
+    /* RoPE tables as transformers builds them: inv_freq in fp32, angle = fp32(pos * inv_freq) */
+    for (int i = 0; i < half; i++) {
+        const float expo = (float)(2 * i) / (float)m->head_dim;
+        const float inv_freq = 1.0f / (float)pow((double)m->rope_theta, (double)expo);
+        for (int p = 0; p < ctx; p++) {
+            const float angle = (float)p * inv_freq;
+            e->rope_cos[(size_t)p * half + i] = (float)cos((double)angle);
+            e->rope_sin[(size_t)p * half + i] = (float)sin((double)angle);
+        }
+    }
+    return e;
+}
+
+void bn_engine_free(bn_engine *e) {
+    if (!e) return;
+    bn_pool_free(e->pool);
+    free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
+    free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
+    free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf);
+    free(e);
+}
+
+const char *bn_engine_isa(const bn_engine *e) { return e->k->name; }
+int bn_engine_threads(const bn_engine *e) { return bn_pool_size(e->pool); }
+
+/* ---------------------------------------------------------------- the forward */
+
+/* x (hd) rotated in place at position pos: pairs (i, i + hd/2) */
+static void rope(const bn_engine *e, float *x, int pos) {
+    const int half = e->m.head_dim / 2;
+    const float *c = e->rope_cos + (size_t)pos * half, *s = e->rope_sin + (size_t)pos * half;
+    for (int i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c[i] - b * s[i];
+        x[i + half] = b * c[i] + a * s[i];
+    }
+}
+
+static void layer_forward(bn_engine *e, int l, int T, int start, int kv_end, int block) {
+    const bn_model *m = &e->m;
+    const bn_layer *ly = &e->layers[l];
+    const int D = m->dim, I = m->hidden, hd = m->head_dim, kvd = m->n_kv_heads * hd;
+
+    /* attention block */
+    norm_quant(e, e->x, D, ly->attn_norm, D, e->dp, T);
+    ternary(e, &ly->qkv, T, e->qkv, e->qkv_np);
+    for (int t = 0; t < T; t++) {
+        float *row = e->qkv + (size_t)t * e->qkv_np;
+        const int pos = start + t;
+        for (int h = 0; h < m->n_heads + m->n_kv_heads; h++) rope(e, row + h * hd, pos); /* q heads, then k */
+        const size_t at = ((size_t)l * e->ctx + pos) * kvd;
+        memcpy(e->k_cache + at, row + D, sizeof(float) * (size_t)kvd);
+        memcpy(e->v_cache + at, row + D + kvd, sizeof(float) * (size_t)kvd);
+    }
+    attn_job aj = {e, l, T, start, kv_end, block};
+    bn_pool_run(e->pool, attention_worker, &aj);
+    norm_quant(e, e->att, D, ly->attn_sub_norm, D, e->dp, T);
+    ternary(e, &ly->o, T, e->proj, e->dp);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] += e->proj[(size_t)t * e->dp + i];
+
+    /* MLP block: relu(gate)^2 * up, sub-norm, down */
+    norm_quant(e, e->x, D, ly->ffn_norm, D, e->dp, T);
+    ternary(e, &ly->gate_up, T, e->gu, e->gu_np);
+    for (int t = 0; t < T; t++) {
+        const float *g = e->gu + (size_t)t * e->gu_np, *u = g + I;
+        float *out = e->gu + (size_t)t * e->gu_np; /* in place over the gate half */
+        for (int i = 0; i < I; i++) {
+            const float r = g[i] > 0.0f ? g[i] : 0.0f;
+            out[i] = (r * r) * u[i];
+        }
+    }
+    norm_quant(e, e->gu, e->gu_np, ly->ffn_sub_norm, I, e->ip, T);
+    ternary(e, &ly->down, T, e->proj, e->dp);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] += e->proj[(size_t)t * e->dp + i];
+}
+
+int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,
+               const int32_t *rows, int n_rows, float *logits, char *err, int errlen) {
+    const bn_model *m = &e->m;
+    char msg[200];
+    if (T <= 0) { set_err(err, errlen, "forward needs at least one token"); return -1; }
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->vocab) {
+            snprintf(msg, sizeof msg, "token id %d is out of range (vocabulary %d)", tokens[t], m->vocab);
+            set_err(err, errlen, msg);
+            return -1;
+        }
+    if (start < 0 || start + T > e->ctx || kv_end < start + T || kv_end > e->ctx) {
+        snprintf(msg, sizeof msg, "positions %d..%d (keys up to %d) do not fit the context of %d", start, start + T - 1,
+                 kv_end, e->ctx);
+        set_err(err, errlen, msg);
+        return -1;
+    }
+    if (attention == 1 && block_size <= 0) { set_err(err, errlen, "block attention needs block_size > 0"); return -1; }
+    for (int r = 0; r < n_rows; r++)
+        if (rows[r] < 0 || rows[r] >= T) { set_err(err, errlen, "logit row out of range"); return -1; }
+    if (grow_scratch(e, T > n_rows ? T : n_rows, n_rows) != 0) { set_err(err, errlen, "out of memory for the forward's scratch buffers"); return -1; }
+
+    const int D = m->dim;
+    for (int t = 0; t < T; t++) {
+        const uint16_t *row = m->embed + (size_t)tokens[t] * D;
+        for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] = bf16_to_f32(row[i]);
+    }
+    const int block = attention == 1 ? block_size : 0;
+    for (int l = 0; l < m->n_layers; l++) layer_forward(e, l, T, start, kv_end, block);
+    if (n_rows == 0) return 0;
+
+    /* final norm of the requested rows, then the head */
+    for (int r = 0; r < n_rows; r++) memcpy(e->att + (size_t)r * D, e->x + (size_t)rows[r] * D, sizeof(float) * D);
+    if (e->exact_head) {
+        for (int r = 0; r < n_rows; r++) rmsnorm(e->xn + (size_t)r * D, e->att + (size_t)r * D, m->norm, D, m->eps);
+        matmul_job j = {e, 2, NULL, n_rows, m->vocab, e->xn, e->logit_buf, e->vp};
+        bn_pool_run(e->pool, matmul_worker, &j);
+    } else {
+        norm_quant(e, e->att, D, m->norm, D, e->dp, n_rows);
+        matmul_job j = {e, 1, NULL, n_rows, e->vp / 16, NULL, e->logit_buf, e->vp};
+        bn_pool_run(e->pool, matmul_worker, &j);
+    }
+    for (int r = 0; r < n_rows; r++)
+        memcpy(logits + (size_t)r * m->vocab, e->logit_buf + (size_t)r * e->vp, sizeof(float) * (size_t)m->vocab);
+    return 0;
+}

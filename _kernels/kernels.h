@@ -1,0 +1,41 @@
+/* The per-ISA kernel table. One implementation per file: kernels_portable.c (plain C, the reference
+ * path), kernels_avx2.c, kernels_avx512.c (AVX512-VNNI). Each is compiled with its own target flags
+ * (setup.py) and chosen at run time (dispatch.c).
+ *
+ * Activations arrive quantized: xq (T, Kp) int8 per token (zero padded to Kp), with
+ *   xsum[t] = sum_k xq[t, k]   (corrects the +1 offset of the ternary codes: (w+1)*x = w*x + x)
+ *   xinv[t] = 1 / act_scale[t] (dequantizes the int32 dot product)
+ */
+#ifndef BITNET_KERNELS_H
+#define BITNET_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *name;
+    /* Ternary W (N, K) tiles @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
+     * y[t, n] = (sum_k W[n, k] * xq[t, k]) * xinv[t] * row_scale[n] */
+    void (*ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+    /* Int8 head tiles (Np/16, Kp/4, 64) @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
+     * y[t, n] = (sum_k w8[n, k] * xq[t, k]) * xinv[t] * row_scale[n]; rowsum[n] = sum_k w8[n, k] */
+    void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                        const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+    /* bf16 W (N, K) row-major @ x (T, K) float -> y (T, ldy) for rows [n0, n1) (any): the exact head */
+    void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy);
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float a, const float *x, float *y, int n); /* y += a * x */
+} bn_kernels;
+
+extern const bn_kernels bn_kernels_portable;
+#ifdef BN_HAVE_X86
+extern const bn_kernels bn_kernels_avx2;
+extern const bn_kernels bn_kernels_avx512;
+#endif
+
+/* The best table for this CPU, or the one named by `force` ("avx512", "avx2", "portable").
+ * Returns NULL if the forced path is not supported by the CPU. */
+const bn_kernels *bn_select_kernels(const char *force);
+
+#endif

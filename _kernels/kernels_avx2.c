@@ -1,0 +1,168 @@
+/* AVX2 kernels (compiled with -mavx2 -mfma), for x86 CPUs without AVX512-VNNI.
+ *
+ * Same tile layouts as the AVX512 path; a 16-row tile is two 256-bit halves (rows 0-7, rows 8-15),
+ * each 8 int32 lanes = 8 rows x 4 columns. Products use vpmaddubsw (u8 x s8 -> pairs summed in s16)
+ * then vpmaddwd with ones (-> s32):
+ *   ternary: codes (<= 2) x activations (|x| <= 127): a pair is at most 508, four shifts summed in
+ *            s16 at most 2032, far from saturation.
+ *   int8:    |x| x sign(w, x) so both factors fit: a pair is at most 2 * 127 * 127 = 32258 < 32767.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define TOKENS_PER_BLOCK 8
+
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void ternary_half(
+    const uint8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
+    const int32_t *xsum, const float *xinv, float *y, int ldy) {
+    const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    __m256i acc[TOKENS_PER_BLOCK];
+#pragma GCC unroll 8
+    for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+        const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+        const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
+        const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) {
+            const int8_t *xg = x + (size_t)b * kp + g * 16;
+            __m256i s = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(load_i32(xg)));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(xg + 4))));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
+            acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(s, ones));
+        }
+    }
+    const __m256 scale = _mm256_loadu_ps(row_scale);
+#pragma GCC unroll 8
+    for (int b = 0; b < bt; b++) {
+        const __m256i sum = _mm256_sub_epi32(acc[b], _mm256_set1_epi32(xsum[b]));
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
+        _mm256_storeu_ps(y + (size_t)b * ldy, v);
+    }
+}
+
+#define DISPATCH_BLOCKS(CALL)                                                        \
+    for (int t0 = 0; t0 < T;) {                                                      \
+        const int bt = T - t0 >= TOKENS_PER_BLOCK ? TOKENS_PER_BLOCK : T - t0;       \
+        switch (bt) {                                                                \
+            case 8: CALL(8); break;                                                  \
+            case 7: CALL(7); break;                                                  \
+            case 6: CALL(6); break;                                                  \
+            case 5: CALL(5); break;                                                  \
+            case 4: CALL(4); break;                                                  \
+            case 3: CALL(3); break;                                                  \
+            case 2: CALL(2); break;                                                  \
+            default: CALL(1); break;                                                 \
+        }                                                                            \
+        t0 += bt;                                                                    \
+    }
+
+static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups = kp / 16;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;
+            const int row0 = tile * 16 + half * 8;
+#define TERNARY_CALL(BT) \
+    ternary_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xsum + t0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
+            DISPATCH_BLOCKS(TERNARY_CALL)
+#undef TERNARY_CALL
+        }
+}
+
+static inline __attribute__((always_inline)) void int8_half(
+    const int8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
+    const float *xinv, float *y, int ldy) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[TOKENS_PER_BLOCK];
+#pragma GCC unroll 8
+    for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) {
+            const __m256i xv = _mm256_set1_epi32(load_i32(x + (size_t)b * kp + g * 4));
+            const __m256i prod = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(w, xv));
+            acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(prod, ones));
+        }
+    }
+    const __m256 scale = _mm256_loadu_ps(row_scale);
+#pragma GCC unroll 8
+    for (int b = 0; b < bt; b++) {
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[b]), _mm256_set1_ps(xinv[b])), scale);
+        _mm256_storeu_ps(y + (size_t)b * ldy, v);
+    }
+}
+
+static void int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                        const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    (void)rowsum;
+    const int groups = kp / 4;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int half = 0; half < 2; half++) {
+            const int8_t *wt = w + (size_t)tile * groups * 64 + half * 32;
+            const int row0 = tile * 16 + half * 8;
+#define INT8_CALL(BT) \
+    int8_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
+            DISPATCH_BLOCKS(INT8_CALL)
+#undef INT8_CALL
+        }
+}
+
+static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static void bf16_matmul(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) {
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *row = w + (size_t)n * k;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * k;
+            __m256 acc = _mm256_setzero_ps();
+            int i = 0;
+            for (; i + 8 <= k; i += 8) {
+                const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + i)));
+                acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(xt + i), acc);
+            }
+            float s = hsum256(acc);
+            for (; i < k; i++) {
+                union { uint32_t u; float f; } v = {(uint32_t)row[i] << 16};
+                s += v.f * xt[i];
+            }
+            y[(size_t)t * ldy + n] = s;
+        }
+    }
+}
+
+static float dot(const float *a, const float *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum256(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy(float a, const float *x, float *y, int n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+const bn_kernels bn_kernels_avx2 = {"avx2", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy};

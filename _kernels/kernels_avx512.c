@@ -1,0 +1,189 @@
+/* AVX512-VNNI kernels (compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma).
+ *
+ * Ternary: one 64-byte load holds a 16-row x 16-column tile of 2-bit codes. Shifting by 2s and masking
+ * gives four registers, each 16 int32 lanes = 16 rows x 4 consecutive columns, so `vpdpbusd`
+ * (u8 codes x s8 activations broadcast 4 bytes at a time) accumulates one row per lane with no
+ * horizontal sums. A tile is unpacked once per block of up to 16 tokens and reused for all of them.
+ * Small blocks split each token's sum over several accumulators to hide the vpdpbusd latency.
+ *
+ * Int8 head: each 64-byte group is 16 rows x 4 columns of s8 weights; activations are offset to u8
+ * (x ^ 0x80 == x + 128), so the sum carries 128 * rowsum[n], removed at the end.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define PREFETCH_BYTES 1024 /* stream distance: 16 cache lines ahead of the tile being read */
+
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Accumulators per token: more when the block is small (latency), one when large (registers). */
+#define ACCS_PER_TOKEN(bt) ((bt) <= 2 ? 4 : (bt) <= 4 ? 2 : 1)
+
+static inline __attribute__((always_inline)) void ternary_block(
+    const uint8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
+    const int32_t *xsum, const float *xinv, float *y, int ldy) {
+    const int na = ACCS_PER_TOKEN(bt);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512i acc[16];
+#pragma GCC unroll 16
+    for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_si512();
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        const __m512i p = _mm512_loadu_si512((const void *)(wt + g * 64));
+        const __m512i w[4] = {_mm512_and_si512(p, m3), _mm512_and_si512(_mm512_srli_epi16(p, 2), m3),
+                              _mm512_and_si512(_mm512_srli_epi16(p, 4), m3),
+                              _mm512_and_si512(_mm512_srli_epi16(p, 6), m3)};
+#pragma GCC unroll 16
+        for (int b = 0; b < bt; b++) {
+            const int8_t *xg = x + (size_t)b * kp + g * 16;
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                const int a = b * na + (s % na);
+                acc[a] = _mm512_dpbusd_epi32(acc[a], w[s], _mm512_set1_epi32(load_i32(xg + 4 * s)));
+            }
+        }
+    }
+    const __m512 scale = _mm512_loadu_ps(row_scale);
+#pragma GCC unroll 16
+    for (int b = 0; b < bt; b++) {
+        __m512i sum = acc[b * na];
+#pragma GCC unroll 4
+        for (int a = 1; a < na; a++) sum = _mm512_add_epi32(sum, acc[b * na + a]);
+        sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(xsum[b]));
+        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xinv[b])), scale);
+        _mm512_storeu_ps(y + (size_t)b * ldy, v);
+    }
+}
+
+/* Token blocks of 16, then the remainder (<= 15) as 8 + rest: each case is a constant block size. */
+#define DISPATCH_BLOCKS(CALL)                                         \
+    for (int t0 = 0; t0 < T;) {                                       \
+        int bt = T - t0 >= 16 ? 16 : (T - t0 > 8 ? 8 : T - t0);       \
+        switch (bt) {                                                 \
+            case 16: CALL(16); break;                                 \
+            case 8: CALL(8); break;                                   \
+            case 7: CALL(7); break;                                   \
+            case 6: CALL(6); break;                                   \
+            case 5: CALL(5); break;                                   \
+            case 4: CALL(4); break;                                   \
+            case 3: CALL(3); break;                                   \
+            case 2: CALL(2); break;                                   \
+            default: CALL(1); break;                                  \
+        }                                                             \
+        t0 += bt;                                                     \
+    }
+
+static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups = kp / 16;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
+        const uint8_t *wt = codes + (size_t)tile * groups * 64;
+#define TERNARY_CALL(BT)                                                                           \
+    ternary_block(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + tile * 16, xsum + t0, xinv + t0, \
+                  y + (size_t)t0 * ldy + tile * 16, ldy)
+        DISPATCH_BLOCKS(TERNARY_CALL)
+#undef TERNARY_CALL
+    }
+}
+
+static inline __attribute__((always_inline)) void int8_block(
+    const int8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
+    const int32_t *rowsum, const float *xinv, float *y, int ldy) {
+    const int na = ACCS_PER_TOKEN(bt);
+    __m512i acc[16];
+#pragma GCC unroll 16
+    for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_si512();
+    for (int g = 0; g < groups; g += 4) { /* groups = Kp/4 is a multiple of 4 */
+        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES + 192), _MM_HINT_T0);
+        __m512i w[4];
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; s++) w[s] = _mm512_loadu_si512((const void *)(wt + (g + s) * 64));
+#pragma GCC unroll 16
+        for (int b = 0; b < bt; b++) {
+            const int8_t *xg = x + (size_t)b * kp + g * 4;
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                const int a = b * na + (s % na);
+                const __m512i xu8 = _mm512_set1_epi32(load_i32(xg + 4 * s) ^ (int32_t)0x80808080);
+                acc[a] = _mm512_dpbusd_epi32(acc[a], xu8, w[s]);
+            }
+        }
+    }
+    const __m512 scale = _mm512_loadu_ps(row_scale);
+    const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512((const void *)rowsum), 7); /* 128 * rowsum */
+#pragma GCC unroll 16
+    for (int b = 0; b < bt; b++) {
+        __m512i sum = acc[b * na];
+#pragma GCC unroll 4
+        for (int a = 1; a < na; a++) sum = _mm512_add_epi32(sum, acc[b * na + a]);
+        sum = _mm512_sub_epi32(sum, offset);
+        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xinv[b])), scale);
+        _mm512_storeu_ps(y + (size_t)b * ldy, v);
+    }
+}
+
+static void int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                        const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups = kp / 4;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
+        const int8_t *wt = w + (size_t)tile * groups * 64;
+#define INT8_CALL(BT)                                                                                 \
+    int8_block(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + tile * 16, rowsum + tile * 16, xinv + t0, \
+               y + (size_t)t0 * ldy + tile * 16, ldy)
+        DISPATCH_BLOCKS(INT8_CALL)
+#undef INT8_CALL
+    }
+}
+
+/* 16 bf16 values -> 16 floats (bf16 is the top half of a float). */
+static inline __m512 load_bf16(const uint16_t *p, __mmask16 m) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static void bf16_matmul(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) {
+    const __mmask16 tail = (__mmask16)((1u << (k % 16)) - 1);
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *row = w + (size_t)n * k;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * k;
+            __m512 acc = _mm512_setzero_ps();
+            int i = 0;
+            for (; i + 16 <= k; i += 16) acc = _mm512_fmadd_ps(load_bf16(row + i, 0xFFFF), _mm512_loadu_ps(xt + i), acc);
+            if (tail) acc = _mm512_fmadd_ps(load_bf16(row + i, tail), _mm512_maskz_loadu_ps(tail, xt + i), acc);
+            y[(size_t)t * ldy + n] = _mm512_reduce_add_ps(acc);
+        }
+    }
+}
+
+static float dot(const float *a, const float *b, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void axpy(float a, const float *x, float *y, int n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+const bn_kernels bn_kernels_avx512 = {"avx512-vnni", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy};

@@ -1,0 +1,81 @@
+/* Portable C kernels: the plain reference path, and the fallback for CPUs without AVX2.
+ * Same tile layouts as the SIMD files (bitnet_app/packing.py):
+ *   ternary byte [t, g, 4i+j] bits 2s = code(row 16t+i, col 16g+4s+j), code = w + 1
+ *   int8    byte [t, g, 4i+j]          = w8(row 16t+i, col 4g+j)
+ */
+#include "kernels.h"
+
+static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups = kp / 16;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
+        const uint8_t *wt = codes + (size_t)tile * groups * 64;
+        for (int t = 0; t < T; t++) {
+            const int8_t *x = xq + (size_t)t * kp;
+            int32_t acc[16] = {0};
+            for (int g = 0; g < groups; g++) {
+                const uint8_t *p = wt + g * 64;
+                const int8_t *xg = x + g * 16;
+                for (int i = 0; i < 16; i++)
+                    for (int j = 0; j < 4; j++) {
+                        const unsigned b = p[4 * i + j];
+                        acc[i] += (int)(b & 3) * xg[j] + (int)((b >> 2) & 3) * xg[4 + j] +
+                                  (int)((b >> 4) & 3) * xg[8 + j] + (int)(b >> 6) * xg[12 + j];
+                    }
+            }
+            for (int i = 0; i < 16; i++) {
+                const int n = tile * 16 + i;
+                y[(size_t)t * ldy + n] = (float)(acc[i] - xsum[t]) * xinv[t] * row_scale[n];
+            }
+        }
+    }
+}
+
+static void int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                        const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    (void)rowsum; /* only the u8-offset SIMD paths need it */
+    const int groups = kp / 4;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
+        const int8_t *wt = w + (size_t)tile * groups * 64;
+        for (int t = 0; t < T; t++) {
+            const int8_t *x = xq + (size_t)t * kp;
+            int32_t acc[16] = {0};
+            for (int g = 0; g < groups; g++)
+                for (int i = 0; i < 16; i++)
+                    for (int j = 0; j < 4; j++) acc[i] += wt[g * 64 + 4 * i + j] * x[4 * g + j];
+            for (int i = 0; i < 16; i++) {
+                const int n = tile * 16 + i;
+                y[(size_t)t * ldy + n] = (float)acc[i] * xinv[t] * row_scale[n];
+            }
+        }
+    }
+}
+
+static inline float bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+static void bf16_matmul(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) {
+    for (int n = n0; n < n1; n++) {
+        const uint16_t *row = w + (size_t)n * k;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * k;
+            float acc = 0.0f;
+            for (int i = 0; i < k; i++) acc += bf16_to_float(row[i]) * xt[i];
+            y[(size_t)t * ldy + n] = acc;
+        }
+    }
+}
+
+static float dot(const float *a, const float *b, int n) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+static void axpy(float a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+const bn_kernels bn_kernels_portable = {"portable", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy};

@@ -1,0 +1,64 @@
+"""Builds the C engine (_kernels/) into the extension bitnet_app._engine.
+
+Each kernel file is compiled with its own instruction-set flags (kernels_avx2.c with AVX2+FMA,
+kernels_avx512.c with AVX512-VNNI) and the best path is chosen at run time, so one build runs on any
+x86-64 CPU; other CPUs get the portable C path. No OpenMP: the engine has its own pthread pool.
+"""
+import os
+import platform
+import shutil
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from distutils.errors import CCompilerError, CompileError, DistutilsExecError  # noqa: E402 (setuptools' copy)
+
+KERNELS = "_kernels"
+IS_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386", "x86")
+COMMON = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-Wall", "-Wno-unknown-pragmas"]
+ISA_FLAGS = {
+    "kernels_avx2.c": ["-mavx2", "-mfma"],
+    "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
+}
+GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c"]
+NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
+               "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
+
+
+class BuildEngine(build_ext):
+    """Compiles the engine's C files (each with its flags) and links them into the Cython module."""
+
+    def build_extension(self, ext):
+        cc = self.compiler.compiler_so[0] if getattr(self.compiler, "compiler_so", None) else None
+        if cc and not shutil.which(cc):
+            sys.exit(f"error: compiler '{cc}' not found. {NO_COMPILER}")
+        macros = [("BN_HAVE_X86", "1")] if IS_X86 else []
+        files = [(f, []) for f in GENERIC] + ([(f, fl) for f, fl in ISA_FLAGS.items()] if IS_X86 else [])
+        objects = []
+        try:
+            for name, flags in files:
+                objects += self.compiler.compile([os.path.join(KERNELS, name)], output_dir=self.build_temp,
+                                                 macros=macros, include_dirs=[KERNELS],
+                                                 extra_postargs=COMMON + flags, depends=self._headers())
+        except (CCompilerError, CompileError, DistutilsExecError) as exc:
+            sys.exit(f"error: building the engine failed: {exc}\n{NO_COMPILER if 'not found' in str(exc) else ''}")
+        ext.extra_objects = objects
+        super().build_extension(ext)
+
+    @staticmethod
+    def _headers():
+        return [os.path.join(KERNELS, f) for f in os.listdir(KERNELS) if f.endswith(".h")]
+
+
+engine = Extension(
+    "bitnet_app._engine",
+    sources=[os.path.join(KERNELS, "engine.pyx")],
+    include_dirs=[KERNELS, np.get_include()],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    extra_compile_args=["-O2"],
+    extra_link_args=["-pthread", "-lm"],
+)
+
+setup(ext_modules=cythonize([engine], language_level=3, quiet=True), cmdclass={"build_ext": BuildEngine})

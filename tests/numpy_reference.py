@@ -1,0 +1,113 @@
+"""A plain numpy forward of an engine file: no cache, an explicit attention mask, full recompute.
+
+It shares only the file reader and packing.unpack_* with the engine (both tested on their own), so it
+is an independent check of the C forward, and the slow reference the diffusion tests decode with.
+Shapes: T tokens at positions 0..T-1, D hidden, hd head dim, mask (T, T) bool, True = may attend.
+"""
+import numpy as np
+
+from bitnet_app.packing import bf16_to_f32, unpack_int8_tiles, unpack_ternary_tiles
+
+
+def causal_mask(T: int) -> np.ndarray:
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+def block_mask(T: int, block: int) -> np.ndarray:
+    """Query q sees key k iff k // block <= q // block (positions counted from 0)."""
+    pos = np.arange(T)
+    return (pos[None, :] // block) <= (pos[:, None] // block)
+
+
+class NumpyModel:
+    def __init__(self, ef):
+        c = ef.config
+        self.D, self.I, self.L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+        self.H, self.G, self.hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        self.V, self.theta, self.eps = c["vocab_size"], c["rope_theta"], np.float32(c["rms_norm_eps"])
+        t = ef.tensors
+        self.embed = bf16_to_f32(t["embed"])
+        self.norm = np.asarray(t["norm"])
+        self.layers = []
+        kvd = self.G * self.hd
+        shapes = {"qkv": (self.D + 2 * kvd, self.D), "o": (self.D, self.D), "gate_up": (2 * self.I, self.D),
+                  "down": (self.D, self.I)}
+        for l in range(self.L):
+            p = f"layers.{l}."
+            lay = {k: np.asarray(t[p + k]) for k in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm")}
+            for name, (n, k) in shapes.items():
+                lay[name] = (unpack_ternary_tiles(t[p + name + ".codes"], n, k).astype(np.float32),
+                             np.asarray(t[p + name + ".scale"])[:n])
+            self.layers.append(lay)
+        V, D = self.V, self.D
+        self.head_i8 = unpack_int8_tiles(t["head.i8"], V, D).astype(np.float32)
+        self.head_scale = np.asarray(t["head.scale"])[:V]
+
+    # ---- blocks (fp32 like the reference run in fp32)
+    def rmsnorm(self, x, w):
+        var = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True).astype(np.float32)
+        return w * (x * (np.float32(1.0) / np.sqrt(var + self.eps)))
+
+    @staticmethod
+    def quant(x):
+        """(T, K) -> int values as float (T, K), 1/scale (T, 1): round half to even like torch."""
+        m = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(1e-5))
+        scale = np.float32(127.0) / m
+        q = np.clip(np.rint(x * scale), -128, 127)
+        return q, np.float32(1.0) / scale
+
+    def linear(self, x, wpair):
+        w, mult = wpair
+        q, inv = self.quant(x)
+        return (q.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32) * inv * mult
+
+    def rope_tables(self, T):
+        half = self.hd // 2
+        inv = (1.0 / np.power(np.float64(self.theta), (np.arange(half) * 2 / self.hd))).astype(np.float32)
+        ang = np.arange(T, dtype=np.float32)[:, None] * inv[None, :]
+        return np.cos(ang.astype(np.float64)).astype(np.float32), np.sin(ang.astype(np.float64)).astype(np.float32)
+
+    @staticmethod
+    def rope(x, cos, sin):
+        """x (T, heads, hd), half-split pairs (i, i + hd/2)."""
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+    def hidden(self, ids, mask):
+        """Final hidden states (T, D) after the last norm."""
+        T = len(ids)
+        x = self.embed[np.asarray(ids)].copy()
+        cos, sin = self.rope_tables(T)
+        D, hd, H, G = self.D, self.hd, self.H, self.G
+        for lay in self.layers:
+            a = self.rmsnorm(x, lay["attn_norm"])
+            qkv = self.linear(a, lay["qkv"])
+            q = self.rope(qkv[:, :D].reshape(T, H, hd), cos, sin)
+            k = self.rope(qkv[:, D:D + G * hd].reshape(T, G, hd), cos, sin)
+            v = qkv[:, D + G * hd:].reshape(T, G, hd)
+            out = np.zeros((T, H, hd), np.float32)
+            for h in range(H):
+                g = h // (H // G)
+                s = (q[:, h, :] @ k[:, g, :].T) * np.float32(1.0 / np.sqrt(hd))
+                s = np.where(mask, s, -np.inf)
+                p = np.exp(s - s.max(axis=1, keepdims=True))
+                p /= p.sum(axis=1, keepdims=True)
+                out[:, h, :] = p @ v[:, g, :]
+            o = self.rmsnorm(out.reshape(T, D), lay["attn_sub_norm"])
+            x = x + self.linear(o, lay["o"])
+            b = self.rmsnorm(x, lay["ffn_norm"])
+            gu = self.linear(b, lay["gate_up"])
+            hmid = np.maximum(gu[:, :self.I], 0) ** 2 * gu[:, self.I:]
+            x = x + self.linear(self.rmsnorm(hmid, lay["ffn_sub_norm"]), lay["down"])
+        return self.rmsnorm(x, self.norm)
+
+    def logits(self, ids, mask=None, head="exact"):
+        """(T, V) float32; head "exact" uses the bf16 embedding, "int8" the engine's int8 head."""
+        mask = causal_mask(len(ids)) if mask is None else mask
+        h = self.hidden(ids, mask)
+        if head == "exact":
+            return (h.astype(np.float64) @ self.embed.T.astype(np.float64)).astype(np.float32)
+        q, inv = self.quant(h)
+        return (q.astype(np.float64) @ self.head_i8.T.astype(np.float64)).astype(np.float32) * inv * self.head_scale

@@ -1,0 +1,84 @@
+"""Every kernel path the CPU supports against plain numpy, on random and awkward shapes."""
+import numpy as np
+import pytest
+
+from bitnet_app import _engine
+from bitnet_app.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary_tiles,
+                                quantize_rows_int8)
+
+
+def available_paths():
+    paths = []
+    for isa in ("portable", "avx2", "avx512"):
+        try:
+            _engine.kernel_name(isa)
+            paths.append(isa)
+        except ValueError:
+            pass
+    return paths
+
+
+PATHS = available_paths()
+# (N, K, T): N=1, K not a multiple of 16 or of the vector width, batches 1..33
+SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8), (48, 72, 16), (40, 136, 33),
+          (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32)]
+
+
+def test_this_machine_runs_the_fast_path():
+    # The development and CI machines have AVX512-VNNI: make sure the fast path is really the one tested.
+    assert "avx512" in PATHS and "avx2" in PATHS
+    assert _engine.kernel_name("") == "avx512-vnni"
+
+
+def padded_activations(rng, T, K, kp):
+    x = np.zeros((T, kp), dtype=np.int8)
+    x[:, :K] = rng.integers(-127, 128, size=(T, K))
+    return x
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("N,K,T", SHAPES)
+def test_ternary_matmul_matches_numpy(isa, N, K, T):
+    rng = np.random.default_rng(N * 1000 + K * 10 + T)
+    w = rng.integers(-1, 2, size=(N, K)).astype(np.int8)
+    tiles = pack_ternary_tiles(w)
+    np_, kp = tiles.shape[0] * 16, tiles.shape[1] * 16
+    scale = np.zeros(np_, np.float32)
+    scale[:N] = rng.uniform(0.5, 2.0, N)
+    x = padded_activations(rng, T, K, kp)
+    y = _engine.kernel_ternary(isa, tiles, scale, x)
+    exact = x[:, :K].astype(np.int64) @ w.T.astype(np.int64)          # (T, N) integers
+    np.testing.assert_array_equal(y[:, :N], (exact.astype(np.float32) * np.float32(1.0)) * scale[:N])
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("N,K,T", SHAPES)
+def test_int8_matmul_matches_numpy(isa, N, K, T):
+    rng = np.random.default_rng(7 + N * 1000 + K * 10 + T)
+    w8, scale = quantize_rows_int8(rng.standard_normal((N, K)).astype(np.float32))
+    tiles = pack_int8_tiles(w8)
+    np_, kp = tiles.shape[0] * 16, tiles.shape[1] * 4
+    scale_p = np.zeros(np_, np.float32)
+    scale_p[:N] = scale
+    rowsum = np.zeros(np_, np.int32)
+    rowsum[:N] = w8.astype(np.int32).sum(axis=1)
+    x = padded_activations(rng, T, K, kp)
+    y = _engine.kernel_int8(isa, tiles, scale_p, rowsum, x)
+    exact = x[:, :K].astype(np.int64) @ w8.T.astype(np.int64)
+    np.testing.assert_array_equal(y[:, :N], exact.astype(np.float32) * scale)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("N,K,T", [(1, 1, 1), (5, 17, 3), (40, 2560 // 16, 2), (33, 100, 33)])
+def test_bf16_matmul_matches_numpy(isa, N, K, T):
+    rng = np.random.default_rng(N + K + T)
+    w = f32_to_bf16(rng.standard_normal((N, K)).astype(np.float32))
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    y = _engine.kernel_bf16(isa, w, x)
+    ref = x.astype(np.float64) @ bf16_to_f32(w).T.astype(np.float64)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.sqrt(K))
+
+
+def test_unknown_path_is_a_clear_error():
+    with pytest.raises(ValueError, match="not supported"):
+        _engine.kernel_name("sse9")
