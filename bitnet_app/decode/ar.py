@@ -1,0 +1,114 @@
+"""Autoregressive decoding: prefill the prompt in one forward, then one token per forward.
+
+    for ev in generate_ar(engine, prompt_ids, sampler=Sampler(), stop_ids={128001, 128009},
+                          max_new_tokens=64, detokenizer=tok.detokenizer()):
+        ...  # Token(id, text) per token, then Done(stats, stop_reason, text, ids)
+
+Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; the sampler takes (V,).
+
+Timing: time.perf_counter() around the work done inside the generator (forwards, sampling,
+detokenizing), never across a `yield`, so a slow consumer does not change the figures.
+
+Cache: `kv_ids` (optional, a list the caller owns) names the ids whose K/V fill the engine's committed
+positions [0, len(kv_ids)); the generator reuses the common prefix with the prompt and keeps the
+list exact after every forward, so closing the generator at any yield leaves both consistent.
+"""
+import time
+
+from .context import check_prompt_fits, reusable_prefix
+from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Token
+
+
+def _forward_commit(engine, ids, start, kv_ids):
+    """Run and commit ids at positions start.. ; keep kv_ids in step (cut first: a failed call may
+    have overwritten positions from start on)."""
+    if kv_ids is not None:
+        del kv_ids[start:]
+    logits = engine.forward(ids, start=start, commit=True)
+    if kv_ids is not None:
+        kv_ids.extend(int(i) for i in ids)
+    return logits[0]
+
+
+def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = 256,
+                detokenizer=None, kv_ids: list | None = None):
+    prompt = [int(i) for i in prompt_ids]
+    check_prompt_fits(len(prompt), engine.ctx)
+    stop_set = {int(i) for i in stop_ids}
+    budget = min(int(max_new_tokens), engine.ctx - len(prompt))  # the whole reply stays inside the context
+
+    clock = time.perf_counter
+    busy = 0.0              # seconds of work inside the generator so far
+    ttft = prefill_s = 0.0
+    forwards = 0
+    out: list[int] = []     # generated ids, stop excluded
+    context = list(prompt)  # what the repetition penalty looks at
+    stop_reason = STOP_LENGTH
+
+    if budget <= 0:
+        reason = STOP_LENGTH if max_new_tokens <= 0 else STOP_CONTEXT
+        yield Done(_stats(0, 0, 0.0, 0.0, 0.0, len(prompt), 0), reason, "", [])
+        return
+
+    # Prefill: the uncached part of the prompt in one forward; its last row predicts the first token.
+    t = clock()
+    reuse = reusable_prefix(kv_ids, prompt, engine.n_past)
+    if kv_ids is None:
+        engine.reset()
+    else:
+        engine.truncate(reuse)
+        del kv_ids[reuse:]
+    logits = _forward_commit(engine, prompt[reuse:], reuse, kv_ids)
+    forwards += 1
+    prefill_s = clock() - t
+    busy += clock() - t
+
+    while True:
+        t = clock()
+        token, _prob = sampler(logits, context)
+        if token in stop_set:
+            busy += clock() - t
+            stop_reason = STOP_TOKEN
+            break
+        out.append(token)
+        context.append(token)
+        piece = detokenizer.push(token) if detokenizer is not None else ""
+        busy += clock() - t
+        if len(out) == 1:
+            ttft = busy
+        yield Token(token, piece)
+        if len(out) >= budget:
+            stop_reason = STOP_LENGTH if len(out) >= max_new_tokens else STOP_CONTEXT
+            break
+        t = clock()
+        logits = _forward_commit(engine, [token], len(prompt) + len(out) - 1, kv_ids)
+        forwards += 1
+        busy += clock() - t
+
+    t = clock()
+    if detokenizer is not None:
+        detokenizer.flush()  # a held-back incomplete character ends up in detokenizer.text
+        text = detokenizer.text
+    else:
+        text = ""
+    busy += clock() - t
+    yield Done(_stats(len(out), forwards, busy, ttft, prefill_s, len(prompt), reuse), stop_reason, text, out)
+
+
+def _stats(tokens, forwards, total_s, ttft_s, prefill_s, prompt_tokens, reused_tokens) -> dict:
+    # decode: everything after the first token was ready; each forward after the prefill yields one id
+    decode_s = max(total_s - ttft_s, 0.0)
+    decode_forwards = max(forwards - 1, 0)
+    return {
+        "tokens": tokens,
+        "forwards": forwards,
+        "tokens_per_forward": tokens / forwards if forwards else 0.0,
+        "tok_s": tokens / total_s if total_s > 0 else 0.0,
+        "ttft_s": ttft_s,
+        "prefill_s": prefill_s,
+        "prompt_tokens": prompt_tokens,
+        "prefill_tok_s": (prompt_tokens - reused_tokens) / prefill_s if prefill_s > 0 else 0.0,
+        "reused_tokens": reused_tokens,
+        "decode_tok_s": decode_forwards / decode_s if decode_forwards and decode_s > 0 else 0.0,
+        "total_s": total_s,
+    }

@@ -1,0 +1,204 @@
+"""A loaded model: the engine file, the engine (KV cache), the tokenizer and the chat template.
+
+    m = Model.open("model.bitnet", lm_head="int8", threads=None)
+    ids = m.chat_ids([{"role": "user", "content": "Hi"}])
+    for ev in m.generate(ids, max_new_tokens=64, temperature=0.7, seed=1): ...   # Token ... Done
+    m.complete(ids, max_new_tokens=16)        # -> generated ids (stop id excluded)
+    m.logits(ids)                             # -> (len(ids), V) float32, fresh causal forward from 0
+
+One Model drives one engine: run one generation at a time (close or exhaust a generator before
+starting the next). Between replies the KV cache is reused for the longest common prefix of the
+previous sequence and the new prompt (a chat that grows by one turn re-runs only the new turn).
+"""
+import os
+
+import numpy as np
+
+from . import chat
+from .decode.ar import generate_ar
+from .decode.context import ContextOverflow
+from .decode.events import Done
+from .engine import Engine
+from .engine_file import EngineFile
+from .sampling import Sampler
+from .tokenizer import Tokenizer
+
+MODES = ("ar", "diffusion")
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
+DIFFUSION_KEYS = ("block_size", "sub_block_size", "threshold", "attention", "mask_id")
+DECODE_KEYS = ("mode", "max_new_tokens") + SAMPLING_KEYS + DIFFUSION_KEYS
+DEFAULT_MAX_NEW_TOKENS = 256
+DEFAULT_SUB_BLOCK_SIZE = 8
+DEFAULT_THRESHOLD = 0.9
+DEFAULT_BLOCK_SIZE = 32
+
+
+class Model:
+    def __init__(self, ef: EngineFile, engine: Engine):
+        self.file = ef
+        self.engine = engine
+        self.meta = ef.meta
+        self.tokenizer = Tokenizer.from_meta(ef.meta)
+        self.chat_template = ef.meta.get("chat_template") or None  # None: the BitNet default template
+        # ids whose K/V fill the engine's committed positions [0, len); kept exact by the decoders
+        self._kv_ids: list[int] = []
+
+    @classmethod
+    def open(cls, path: str, *, lm_head: str = "int8", threads: int | None = None,
+             isa: str | None = None) -> "Model":
+        ef = EngineFile(path)
+        return cls(ef, Engine(ef, lm_head=lm_head, threads=threads, isa=isa))
+
+    # ---- facts about the model -------------------------------------------------------------
+    @property
+    def config(self) -> dict:
+        return self.file.config
+
+    @property
+    def vocab_size(self) -> int:
+        return self.engine.vocab_size
+
+    @property
+    def context_length(self) -> int:
+        return self.engine.ctx
+
+    @property
+    def stop_ids(self) -> list[int]:
+        return [int(i) for i in self.meta.get("stop_ids") or []]
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.meta.get("bos_id")
+
+    @property
+    def mask_id(self) -> int | None:
+        mid = self.meta.get("mask_id")
+        return None if mid is None else int(mid)
+
+    @property
+    def trained_for_diffusion(self) -> bool:
+        return bool((self.meta.get("diffusion") or {}).get("trained", False))
+
+    @property
+    def diffusion_defaults(self) -> dict:
+        d = self.meta.get("diffusion") or {}
+        return {"block_size": int(d.get("block_size") or DEFAULT_BLOCK_SIZE),
+                "sub_block_size": DEFAULT_SUB_BLOCK_SIZE,
+                "threshold": DEFAULT_THRESHOLD,
+                "attention": d.get("attention") or "causal",
+                "mask_id": self.mask_id}
+
+    @property
+    def generation_defaults(self) -> dict:
+        """Sampling settings the checkpoint suggests (generation_config.json), for a UI to start from."""
+        g = self.meta.get("generation_config") or {}
+        sample = bool(g.get("do_sample", False))
+        return {"temperature": float(g.get("temperature", 1.0)) if sample else 0.0,
+                "top_p": float(g.get("top_p", 1.0)) if sample else 1.0,
+                "top_k": int(g.get("top_k", 0) or 0) if sample else 0,
+                "repetition_penalty": float(g.get("repetition_penalty", 1.0))}
+
+    def info(self) -> dict:
+        cfg = self.config
+        return {"path": os.path.abspath(self.file.path), "file_bytes": self.file.nbytes,
+                "parameters": self.parameter_count(), "isa": self.engine.isa, "threads": self.engine.threads,
+                "lm_head": self.engine.lm_head, "context": self.engine.ctx,
+                "vocab_size": self.vocab_size, "layers": cfg.get("num_hidden_layers"),
+                "hidden_size": cfg.get("hidden_size"), "trained_for_diffusion": self.trained_for_diffusion,
+                "source": self.meta.get("source")}
+
+    def parameter_count(self) -> int:
+        """Logical parameters of the checkpoint (the tied head counted once), from the config shapes."""
+        c = self.config
+        d, i, layers = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["num_hidden_layers"])
+        h, kvh = int(c["num_attention_heads"]), int(c["num_key_value_heads"])
+        hd = int(c.get("head_dim") or d // h)
+        per_layer = d * (h * hd) + 2 * d * (kvh * hd) + (h * hd) * d + 3 * d * i  # q, k+v, o, gate+up+down
+        per_layer += 3 * d + i                                                     # four norms
+        return layers * per_layer + self.vocab_size * d + d                        # + embedding, final norm
+
+    # ---- text ------------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
+        return chat.chat_prompt_ids(self.tokenizer, messages, template=self.chat_template,
+                                    add_generation_prompt=add_generation_prompt)
+
+    def trim_history(self, messages, max_new_tokens: int) -> tuple[list[dict], int]:
+        """Drop the oldest turns (system prompt kept) so the prompt + max_new_tokens fits the context."""
+        return chat.trim_history(messages, lambda m: len(self.chat_ids(m)), self.engine.ctx, max_new_tokens)
+
+    # ---- forward ---------------------------------------------------------------------------
+    def _check_ids(self, ids) -> list[int]:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is out of range for this model (vocabulary {self.vocab_size})")
+        return ids
+
+    def logits(self, ids) -> np.ndarray:
+        """(len(ids), V) float32: a fresh causal forward of ids from position 0, every row."""
+        ids = self._check_ids(ids)
+        if not ids:
+            raise ValueError("logits needs at least one token")
+        if len(ids) > self.engine.ctx:
+            raise ContextOverflow(len(ids), self.engine.ctx)
+        self._kv_ids.clear()
+        self.engine.reset()
+        out = self.engine.forward(ids, start=0, commit=True, rows=range(len(ids)))
+        self._kv_ids.extend(ids)
+        return out
+
+    # ---- decoding --------------------------------------------------------------------------
+    def generate(self, ids, **decode_params):
+        """Events for a reply to the prompt ids: Token(id, text)... (Step... in diffusion), then Done."""
+        unknown = set(decode_params) - set(DECODE_KEYS)
+        if unknown:
+            raise TypeError(f"unknown decode parameter(s): {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(DECODE_KEYS)}")
+        p = dict(decode_params)
+        mode = p.pop("mode", None) or "ar"
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        ids = self._check_ids(ids)
+        max_new = p.pop("max_new_tokens", None)
+        max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
+        mask_id = p.pop("mask_id", None)
+        mask_id = self.mask_id if mask_id is None else int(mask_id)
+        if mask_id is not None and not 0 <= mask_id < self.vocab_size:
+            raise ValueError(f"mask_id {mask_id} is out of range for this model (vocabulary {self.vocab_size})")
+        sampler = Sampler(temperature=float(p.pop("temperature", 0.0) or 0.0),
+                          top_k=int(p.pop("top_k", 0) or 0),
+                          top_p=float(p.pop("top_p", None) or 1.0),
+                          repetition_penalty=float(p.pop("repetition_penalty", None) or 1.0),
+                          seed=p.pop("seed", None),
+                          banned_ids=[] if mask_id is None else [mask_id])  # the mask is never a prediction
+        common = dict(sampler=sampler, stop_ids=self.stop_ids, max_new_tokens=max_new,
+                      detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids)
+        if mode == "ar":
+            return generate_ar(self.engine, ids, **common)
+        knobs = self.diffusion_defaults
+        knobs.update({k: v for k, v in p.items() if v is not None})
+        knobs["mask_id"] = mask_id
+        return _diffusion_generator()(self.engine, ids, **common, **knobs)
+
+    def complete(self, ids, **decode_params) -> list[int]:
+        """The generated ids (stop id excluded) of one reply."""
+        for ev in self.generate(ids, **decode_params):
+            if isinstance(ev, Done):
+                return list(ev.ids)
+        raise RuntimeError("the decoder ended without a Done event")
+
+
+def _diffusion_generator():
+    """decode/diffusion.py is written separately; import it only when the mode is asked for."""
+    try:
+        from .decode import diffusion
+    except ImportError as exc:
+        raise NotImplementedError("block diffusion decoding is not available in this build "
+                                  f"(bitnet_app/decode/diffusion.py: {exc}); use mode='ar'") from exc
+    return diffusion.generate_diffusion

@@ -1,0 +1,133 @@
+"""Text <-> token ids, from the tokenizer.json stored in the engine file (Hugging Face `tokenizers`).
+
+    tok = Tokenizer.from_meta(ef.meta)
+    ids = tok.encode("Hello")            # [128000, ...]: the post-processor adds <|begin_of_text|>, once
+    tok.decode(ids)                      # "<|begin_of_text|>Hello"
+    detok = tok.detokenizer()            # streaming: push ids one at a time, get only finished text
+    text = "".join(detok.push(i) for i in ids) + detok.flush()
+"""
+import tokenizers
+
+REPLACEMENT_CHAR = "\ufffd"  # what a byte-level decoder shows for an incomplete UTF-8 sequence
+MAX_UTF8_BYTES = 4           # a character spans at most 4 bytes, so at most 4 byte-level tokens
+
+
+class TokenizerError(ValueError):
+    """The checkpoint has no usable tokenizer."""
+
+
+def _token_content(value) -> str | None:
+    """tokenizer_config stores special tokens as a string or as {"content": ...}."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class Tokenizer:
+    def __init__(self, tokenizer_json: str, *, tokenizer_config: dict | None = None,
+                 bos_id: int | None = None, eos_id: int | None = None):
+        if not tokenizer_json:
+            raise TokenizerError("the model file has no tokenizer (tokenizer.json was missing at conversion); "
+                                 "convert a checkpoint folder that contains tokenizer.json")
+        try:
+            self._tok = tokenizers.Tokenizer.from_str(tokenizer_json)
+        except Exception as exc:  # the Rust side raises a plain Exception for a malformed file
+            raise TokenizerError(f"cannot read the model's tokenizer.json: {exc}") from exc
+        cfg = tokenizer_config or {}
+        self.bos_token = _token_content(cfg.get("bos_token"))
+        self.eos_token = _token_content(cfg.get("eos_token"))
+        if bos_id is None and self.bos_token is not None:
+            bos_id = self._tok.token_to_id(self.bos_token)
+        if self.bos_token is None and bos_id is not None:
+            self.bos_token = self._tok.id_to_token(bos_id)
+        if eos_id is None and self.eos_token is not None:
+            eos_id = self._tok.token_to_id(self.eos_token)
+        if self.eos_token is None and eos_id is not None:
+            self.eos_token = self._tok.id_to_token(eos_id)
+        self.bos_id, self.eos_id = bos_id, eos_id
+        # Llama-3 tokenizers add BOS in their TemplateProcessing post-processor; if this one does not
+        # but its config asks for it (add_bos_token), add it here so both routes give the same ids.
+        probe = self._tok.encode("", add_special_tokens=True).ids
+        self._add_bos_by_hand = bool(cfg.get("add_bos_token")) and bos_id is not None and bos_id not in probe
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> "Tokenizer":
+        stop_ids = meta.get("stop_ids") or []
+        return cls(meta.get("tokenizer_json") or "", tokenizer_config=meta.get("tokenizer_config") or {},
+                   bos_id=meta.get("bos_id"), eos_id=stop_ids[0] if stop_ids else None)
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids the tokenizer knows (added tokens included); the model's vocabulary may be larger."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        if add_special_tokens and self._add_bos_by_hand and (not ids or ids[0] != self.bos_id):
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def token_id(self, token: str) -> int | None:
+        """Id of one token string (e.g. "<|eot_id|>"), or None if the vocabulary lacks it."""
+        return self._tok.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(int(token_id))
+
+    def detokenizer(self, skip_special_tokens: bool = True) -> "IncrementalDetokenizer":
+        return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens)
+
+
+class IncrementalDetokenizer:
+    """Turns a stream of ids into a stream of finished text pieces.
+
+    Keeps two offsets into the ids seen so far: `_prefix` (start of a small context window, so the
+    decoder sees the token before the new ones, which matters for decoders that treat a leading
+    space specially) and `_read` (everything before it has been emitted). Each push decodes the
+    window twice: with and without the pending ids; the new text is the difference. If the new text
+    ends in U+FFFD, a character is still incomplete, so nothing is emitted yet, unless more than
+    MAX_UTF8_BYTES ids are pending (then the U+FFFD is real, e.g. the model produced invalid bytes).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True):
+        self._tok = tokenizer
+        self._skip = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+        self.text = ""  # everything emitted so far
+
+    def _decode(self, ids) -> str:
+        return self._tok.decode(ids, skip_special_tokens=self._skip)
+
+    def _new_text(self) -> str:
+        before = self._decode(self._ids[self._prefix:self._read])
+        after = self._decode(self._ids[self._prefix:])
+        # Byte-level decoders keep `before` as a prefix of `after`; if a decoder rewrites it anyway,
+        # emit from the same character count (the best that can be done without re-emitting).
+        return after[len(before):]
+
+    def _advance(self, piece: str) -> str:
+        self._prefix, self._read = self._read, len(self._ids)
+        self.text += piece
+        return piece
+
+    def push(self, token_id: int) -> str:
+        """Add one id; return the text it completes ("" if none yet)."""
+        self._ids.append(int(token_id))
+        piece = self._new_text()
+        pending = len(self._ids) - self._read
+        if piece.endswith(REPLACEMENT_CHAR) and pending <= MAX_UTF8_BYTES:
+            return ""  # hold back: the next id may finish the character
+        if not piece and pending <= MAX_UTF8_BYTES:
+            return ""  # ids that decode to nothing (skipped specials): keep them as pending context
+        return self._advance(piece)
+
+    def flush(self) -> str:
+        """At the end of a stream: emit whatever is still held back (an incomplete character shows as U+FFFD)."""
+        if self._read == len(self._ids):
+            return ""
+        return self._advance(self._new_text())

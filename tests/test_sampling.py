@@ -1,0 +1,127 @@
+"""Sampling maths: each filter against a hand-worked case, the chain against transformers' own
+logits processors, and the sampler's draws against the distribution it reports."""
+import numpy as np
+import pytest
+
+from bitnet_app.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
+                                 top_k_filter, top_p_filter)
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative_once_per_id():
+    logits = np.array([2.0, -2.0, 1.0, -1.0, 0.5], dtype=np.float32)
+    out = repetition_penalty(logits, [0, 1, 1, 1, 4], 2.0)
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.0, -1.0, 0.25])
+    np.testing.assert_array_equal(logits, [2.0, -2.0, 1.0, -1.0, 0.5])  # input untouched
+    np.testing.assert_array_equal(repetition_penalty(logits, [0, 1], 1.0), logits)
+
+
+def test_top_k_keeps_the_k_largest():
+    logits = np.array([0.1, 3.0, -1.0, 2.0, 2.5], dtype=np.float32)
+    out = top_k_filter(logits, 2)
+    assert np.isfinite(out).tolist() == [False, True, False, False, True]
+    assert np.isfinite(top_k_filter(logits, 0)).all()
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = np.array([0.05, 0.5, 0.15, 0.3])
+    logits = np.log(probs).astype(np.float32)
+    assert np.isfinite(top_p_filter(logits, 0.79)).tolist() == [False, True, False, True]
+    assert np.isfinite(top_p_filter(logits, 0.81)).tolist() == [False, True, True, True]
+    assert np.isfinite(top_p_filter(logits, 0.01)).tolist() == [False, True, False, False]  # at least one
+    assert np.isfinite(top_p_filter(logits, 1.0)).all()
+
+
+def test_temperature_and_softmax():
+    logits = np.array([1.0, 2.0, 4.0], dtype=np.float32)
+    p = softmax(apply_temperature(logits, 0.5))
+    want = np.exp([2.0, 4.0, 8.0]) / np.exp([2.0, 4.0, 8.0]).sum()
+    np.testing.assert_allclose(p, want, rtol=1e-6)
+    assert softmax(np.array([0.0, -np.inf]))[1] == 0.0
+
+
+def test_chain_matches_transformers_processors():
+    import torch
+    from transformers.generation.logits_process import (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, size=300).astype(np.float32)
+    context = rng.integers(0, 300, size=40)
+    sampler = Sampler(temperature=0.7, top_k=50, top_p=0.8, repetition_penalty=1.3)
+    ours = sampler.distribution(logits, context)
+
+    ids = torch.tensor(context)[None]
+    x = torch.tensor(logits)[None]
+    for proc in (RepetitionPenaltyLogitsProcessor(1.3), TemperatureLogitsWarper(0.7), TopKLogitsWarper(50),
+                 TopPLogitsWarper(0.8)):
+        x = proc(ids, x)
+    theirs = torch.softmax(x.double(), dim=-1)[0].numpy()
+    assert ((ours > 0) == (theirs > 0)).all()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-9)
+
+
+def test_greedy_returns_argmax_and_its_softmax_probability():
+    logits = np.array([0.0, 3.0, 1.0, 2.0], dtype=np.float32)
+    tok, prob = Sampler()(logits)
+    assert tok == 1
+    assert prob == pytest.approx(softmax(logits)[1])
+
+
+def test_banned_ids_are_never_chosen():
+    logits = np.array([0.0, 10.0, 1.0], dtype=np.float32)
+    assert Sampler(banned_ids=[1])(logits)[0] == 2
+    s = Sampler(temperature=5.0, seed=0, banned_ids=[1])
+    assert all(s(logits)[0] != 1 for _ in range(200))
+    assert ban_ids(logits, [1])[1] == -np.inf
+
+
+def test_draws_follow_the_reported_distribution_and_probability():
+    logits = np.log(np.array([0.1, 0.2, 0.3, 0.4])).astype(np.float32)
+    s = Sampler(temperature=1.0, seed=123)
+    draws = [s(logits) for _ in range(20000)]
+    counts = np.bincount([t for t, _ in draws], minlength=4) / len(draws)
+    np.testing.assert_allclose(counts, [0.1, 0.2, 0.3, 0.4], atol=0.015)
+    for t, p in draws[:50]:
+        assert p == pytest.approx([0.1, 0.2, 0.3, 0.4][t], rel=1e-5)
+
+
+def test_same_seed_same_draws_different_seed_different_draws():
+    logits = np.zeros(1000, dtype=np.float32)
+    a = [Sampler(temperature=1.0, seed=7)(logits)[0] for _ in range(1)]
+    s1, s2, s3 = (Sampler(temperature=1.0, seed=k) for k in (7, 7, 8))
+    seq1 = [s1(logits)[0] for _ in range(20)]
+    seq2 = [s2(logits)[0] for _ in range(20)]
+    seq3 = [s3(logits)[0] for _ in range(20)]
+    assert seq1 == seq2 and seq1[:1] == a
+    assert seq1 != seq3
+
+
+def test_rows_are_sampled_independently():
+    logits = np.full((3, 5), -5.0, dtype=np.float32)
+    logits[0, 4] = logits[1, 0] = logits[2, 2] = 5.0
+    toks, probs = Sampler()(logits)
+    assert toks.tolist() == [4, 0, 2]
+    assert probs.shape == (3,) and (probs > 0.9).all()
+
+
+def test_bad_settings_are_rejected():
+    for kwargs in ({"temperature": -1}, {"top_p": 0}, {"top_p": 1.5}, {"top_k": -2}, {"repetition_penalty": 0}):
+        with pytest.raises(ValueError):
+            Sampler(**kwargs)
+
+
+@pytest.mark.parametrize("spread", [0.3, 3.0, 8.0])  # flat (nucleus beyond the first guess) to peaked
+@pytest.mark.parametrize("top_k,top_p", [(0, 0.9), (40, 0.95), (0, 1.0), (2000, 0.5)])
+def test_fast_draw_equals_a_draw_from_the_full_distribution(spread, top_k, top_p):
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, spread, size=(6, 5000)).astype(np.float32)
+    context = rng.integers(0, 5000, size=30)
+    s = Sampler(temperature=0.8, top_k=top_k, top_p=top_p, repetition_penalty=1.2, seed=5, banned_ids=[3])
+    toks, probs = s(logits, context)
+    dist = s.distribution(logits, context)
+    uniforms = np.random.default_rng(5).random(len(logits))  # the sampler's rng draws one per row
+    for r in range(len(logits)):
+        cdf = np.cumsum(dist[r])
+        want = int(np.searchsorted(cdf, uniforms[r] * cdf[-1], side="left"))
+        assert toks[r] == want
+        assert probs[r] == pytest.approx(dist[r, want], rel=1e-5)  # float64 vs float32 tempering
+        assert toks[r] != 3
