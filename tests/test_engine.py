@@ -1,0 +1,157 @@
+"""The C forward against the numpy reference, on every kernel path, plus the cache contract."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from bitnet_app.convert import convert_checkpoint
+from bitnet_app.engine import Engine
+from bitnet_app.engine_file import EngineFile
+from checkpoints import make_hf_checkpoint
+from numpy_reference import NumpyModel, block_mask
+from test_kernels import PATHS
+
+TOL = 2e-5  # relative to the largest logit: only fp32 summation order differs
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("engine")
+    # awkward sizes: hidden 80 and intermediate 72 are not multiples of the 64-byte vector width
+    make_hf_checkpoint(d / "ck", hidden_size=80, intermediate_size=72, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, seed=3)
+    convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"))
+    ef = EngineFile(str(d / "m.bitnet"))
+    return ef, NumpyModel(ef)
+
+
+def ids_for(ef, n, seed=0):
+    return np.random.default_rng(seed).integers(0, ef.config["vocab_size"], n)
+
+
+def close(a, b):
+    return np.abs(a - b).max() <= TOL * np.abs(b).max()
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("head", ["exact", "int8"])
+def test_forward_matches_numpy_reference(tiny, isa, head):
+    ef, ref = tiny
+    ids = ids_for(ef, 21)
+    eng = Engine(ef, lm_head=head, isa=isa, threads=2)
+    assert eng.isa.startswith(isa)
+    out = eng.forward(ids, rows=range(len(ids)))
+    assert close(out, ref.logits(ids, head=head))
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_incremental_decode_equals_one_pass(tiny, isa):
+    ef, _ = tiny
+    ids = ids_for(ef, 30, seed=1)
+    eng = Engine(ef, lm_head="exact", isa=isa, threads=2)
+    full = eng.forward(ids, rows=range(30))
+    eng.reset()
+    parts = [eng.forward(ids[:9], rows=range(9))] + [eng.forward(ids[i:i + 1]) for i in range(9, 30)]
+    np.testing.assert_array_equal(np.concatenate(parts), full)
+    assert eng.n_past == 30
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_block_attention_matches_reference_mask(tiny, block):
+    ef, ref = tiny
+    ids = ids_for(ef, 19, seed=2)
+    eng = Engine(ef, lm_head="exact", threads=2)
+    out = eng.forward(ids, attention="block", block_size=block, rows=range(19))
+    assert close(out, ref.logits(ids, mask=block_mask(19, block)))
+    # and block attention really differs from causal (the mask is not ignored)
+    eng.reset()
+    assert not close(out, eng.forward(ids, rows=range(19)))
+
+
+def test_uncommitted_forward_leaves_the_cache_unchanged(tiny):
+    ef, _ = tiny
+    ids = ids_for(ef, 12, seed=3)
+    eng = Engine(ef, lm_head="exact", threads=2)
+    eng.forward(ids[:8])
+    before = eng.forward(ids[8:], commit=False, rows=range(4))
+    eng.forward(ids_for(ef, 4, seed=9), commit=False)  # scratch written with other tokens
+    assert eng.n_past == 8
+    again = eng.forward(ids[8:], commit=False, rows=range(4))
+    np.testing.assert_array_equal(before, again)
+
+
+def test_dual_cache_reuses_scratch_keys(tiny):
+    """A sub-block re-run against the block's scratch K/V equals the full-block forward's rows."""
+    ef, _ = tiny
+    ids = ids_for(ef, 16, seed=4)
+    eng = Engine(ef, lm_head="exact", threads=2)
+    eng.forward(ids[:8])                                                        # committed prompt block
+    full = eng.forward(ids[8:], commit=False, attention="block", block_size=8, rows=range(8))
+    sub = eng.forward(ids[12:16], start=12, commit=False, attention="block", block_size=8, kv_end=16,
+                      rows=range(4))
+    np.testing.assert_allclose(sub, full[4:], rtol=0, atol=1e-5 * np.abs(full).max())
+
+
+def test_truncate_then_recommit_matches_fresh(tiny):
+    ef, _ = tiny
+    ids = ids_for(ef, 14, seed=5)
+    eng = Engine(ef, lm_head="exact", threads=2)
+    eng.forward(ids)
+    eng.truncate(6)
+    other = ids_for(ef, 8, seed=6)
+    a = eng.forward(other, rows=range(8))
+    eng.reset()
+    b = eng.forward(np.concatenate([ids[:6], other]), rows=range(6, 14))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_input_raises_clear_errors(tiny):
+    ef, _ = tiny
+    eng = Engine(ef, threads=1)
+    V, C = ef.config["vocab_size"], eng.ctx
+    with pytest.raises(ValueError, match="out of range"):
+        eng.forward([0, V])
+    with pytest.raises(ValueError, match="out of range"):
+        eng.forward([-1])
+    with pytest.raises(ValueError, match="context"):
+        eng.forward([1] * (C + 1))
+    with pytest.raises(ValueError, match="gap"):
+        eng.forward([1], start=5)
+    eng.forward([1, 2, 3])
+    with pytest.raises(ValueError, match="overwrite committed"):
+        eng.forward([1], start=1, commit=False)
+    with pytest.raises(ValueError, match="block_size"):
+        eng.forward([1], attention="block")
+    with pytest.raises(ValueError, match="at least one token"):
+        eng.forward([])
+    with pytest.raises(ValueError, match="lm_head"):
+        Engine(ef, lm_head="fp8")
+    assert eng.n_past == 3  # failed calls changed nothing
+
+
+def test_forward_releases_the_gil(tiny):
+    """A Python thread keeps running while a long forward is in C (the Streamlit server must not freeze)."""
+    ef, _ = tiny
+    eng = Engine(ef, threads=1, isa="portable")
+    ids = ids_for(ef, 200, seed=7)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=ticker)
+    th.start()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        eng.reset()
+        eng.forward(ids)
+    t1 = time.perf_counter()
+    stop.set()
+    th.join()
+    during = [t for t in ticks if t0 < t < t1]
+    # with the GIL held the ticker could not run at all during the forwards
+    assert len(during) >= 5, (len(during), t1 - t0)
