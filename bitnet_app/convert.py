@@ -151,16 +151,11 @@ def _fuse(parts: list[tuple[np.ndarray, np.float32]]) -> tuple[np.ndarray, np.nd
     return codes, scale
 
 
-def _embed_and_head(ck: Checkpoint, V: int, D: int, report) -> dict:
-    """embed bf16 bits (V, D); head.i8 tiles, head.scale (Vp,), head.rowsum (Vp,), built HEAD_CHUNK rows at a time."""
-    name = "model.embed_tokens.weight"
-    src = ck.get(name)
-    if ck.dtype(name) == "BF16":
-        embed = src                                      # already bf16 bits: a view of the mmap, no copy
-    else:
-        embed = np.empty((V, D), dtype=np.uint16)
-        for r in range(0, V, HEAD_CHUNK):
-            embed[r:r + HEAD_CHUNK] = packing.f32_to_bf16(src[r:r + HEAD_CHUNK].astype(np.float32))
+def build_int8_head(embed: np.ndarray, report=None) -> dict:
+    """bf16 bits (V, D) -> head.i8 int8 tiles (Vp/16, Dp/4, 64), head.scale float32 (Vp,), head.rowsum int32 (Vp,):
+    the per-row absmax int8 quantization of the embedding (packing.quantize_rows_int8), padding rows 0.
+    Works HEAD_CHUNK rows at a time, so the fp32 copy never exceeds one chunk."""
+    V, D = embed.shape
     Vp, Dp = packing.ceil_to(V, 16), packing.ceil_to(D, 16)
     head = np.zeros((Vp // 16, Dp // 4, 64), dtype=np.int8)
     scale = np.zeros(Vp, dtype=np.float32)
@@ -172,8 +167,21 @@ def _embed_and_head(ck: Checkpoint, V: int, D: int, report) -> dict:
         head[r // 16:r // 16 + tiles.shape[0]] = tiles
         scale[r:e] = sc
         rowsum[r:e] = w8.sum(axis=1, dtype=np.int32)
-        report(e / V, f"lm head rows {e}/{V}")
-    return {"embed": embed, "head.i8": head, "head.scale": scale, "head.rowsum": rowsum}
+        if report is not None:
+            report(e / V, f"lm head rows {e}/{V}")
+    return {"head.i8": head, "head.scale": scale, "head.rowsum": rowsum}
+
+
+def _read_embed(ck: Checkpoint, V: int, D: int) -> np.ndarray:
+    """model.embed_tokens.weight as bf16 bits (V, D): a view of the mmap when stored as BF16, else rounded."""
+    name = "model.embed_tokens.weight"
+    src = ck.get(name)
+    if ck.dtype(name) == "BF16":
+        return src
+    embed = np.empty((V, D), dtype=np.uint16)
+    for r in range(0, V, HEAD_CHUNK):
+        embed[r:r + HEAD_CHUNK] = packing.f32_to_bf16(src[r:r + HEAD_CHUNK].astype(np.float32))
+    return embed
 
 
 def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
@@ -219,8 +227,8 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     # Work: L layers + the head, with the head counted as about 10% of the total.
     tensors = {}
     try:
-        head = _embed_and_head(ck, cfg["vocab_size"], cfg["hidden_size"], lambda f, m: report(0.1 * f, m))
-        tensors["embed"] = head.pop("embed")
+        tensors["embed"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"])
+        head = build_int8_head(tensors["embed"], lambda f, m: report(0.1 * f, m))
         tensors["norm"] = ck.get_f32("model.norm.weight")
         for i in range(L):
             p, o = f"model.layers.{i}.", f"layers.{i}."

@@ -1,0 +1,151 @@
+"""A random engine file of a named shape, written directly (no checkpoint, no packing of big matrices).
+
+    write_synthetic_engine_file(out_path, shape="2b4t", seed=0) -> out_path
+
+For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests: the real 2B-4T shape (30 layers,
+2560/6912, 20/5 heads, vocab 128256), or "tiny". Ternary tiles are random bytes whose four 2-bit fields
+are each in {0, 1, 2}; per-row multipliers are about 1.5 (2B-4T's weight_scale); norms are around 1;
+the embedding is random bf16 and the int8 head is its real per-row quantization (so the exact and the
+int8 heads agree). The tokenizer is a real but tiny byte-level one (256 byte tokens, no merges) with the
+Llama-3 special tokens at their real ids, so the model layer can load the file and encode/decode text.
+"""
+import json
+
+import numpy as np
+
+from . import packing
+from .convert import CONVERTER_VERSION, build_int8_head
+from .engine_file import write_engine_file
+
+# The chat template of microsoft/bitnet-b1.58-2B-4T (shared/reference/bitnet-checkpoint.md section 7).
+BITNET_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + '<|eot_id|>' %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}")
+
+# Every dimension is a multiple of 16, so no tile needs padding.
+SHAPES = {
+    "2b4t": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=30, num_attention_heads=20,
+                 num_key_value_heads=5, head_dim=128, vocab_size=128256, max_position_embeddings=4096,
+                 bos=128000, eos=128001, eot=128009),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, vocab_size=272, max_position_embeddings=256,
+                 bos=256, eos=257, eot=258),
+}
+
+# 81 = 3^4 byte values whose four 2-bit fields are all in {0, 1, 2}; a random byte b maps to entry b % 81
+# (a slight bias towards the first 13 entries is irrelevant for a benchmark and much faster than integers(0, 81))
+_TERNARY_BYTES = np.array([a | b << 2 | c << 4 | d << 6 for a in range(3) for b in range(3)
+                           for c in range(3) for d in range(3)], dtype=np.uint8)
+_BYTE_TO_TERNARY = _TERNARY_BYTES[np.arange(256) % 81]
+
+
+def random_ternary_tiles(rng, n: int, k: int) -> np.ndarray:
+    """Random tile-packed ternary matrix uint8 (n/16, k/16, 64); n, k multiples of 16."""
+    raw = rng.integers(0, 256, size=n * k // 4, dtype=np.uint8)
+    return _BYTE_TO_TERNARY[raw].reshape(n // 16, k // 16, 64)
+
+
+def random_bf16(rng, rows: int, cols: int, std: float) -> np.ndarray:
+    """bf16 bits uint16 (rows, cols) of roughly N(0, std^2) values: random 16-bit indices into a table of
+    65536 normal quantiles (rounded to bf16), which is several times faster than drawing normals."""
+    u = (np.arange(65536, dtype=np.float64) + 0.5) / 65536
+    table = packing.f32_to_bf16((std * _normal_quantile(u)).astype(np.float32))
+    idx = rng.integers(0, 65536, size=rows * cols, dtype=np.uint16)
+    return table[idx].reshape(rows, cols)
+
+
+def _normal_quantile(u: np.ndarray) -> np.ndarray:
+    """Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9)."""
+    a = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
+         -3.066479806614716e+01, 2.506628277459239e+00)
+    b = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
+         -1.328068155288572e+01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00,
+         4.374664141464968e+00, 2.938163982698783e+00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00)
+    u = np.asarray(u, dtype=np.float64)
+    out = np.empty_like(u)
+    lo, hi = u < 0.02425, u > 1 - 0.02425
+    mid = ~(lo | hi)
+    q = u[mid] - 0.5
+    r = q * q
+    out[mid] = ((((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+                (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1))
+    for mask, sign in ((lo, 1.0), (hi, -1.0)):
+        qq = np.sqrt(-2 * np.log(np.where(sign > 0, u[mask], 1 - u[mask])))
+        out[mask] = sign * ((((((c[0] * qq + c[1]) * qq + c[2]) * qq + c[3]) * qq + c[4]) * qq + c[5]) /
+                            ((((d[0] * qq + d[1]) * qq + d[2]) * qq + d[3]) * qq + 1))
+    return out
+
+
+def tiny_tokenizer_json(bos: int, eos: int, eot: int) -> str:
+    """Byte-level BPE with no merges: the 256 byte symbols as ids 0..255, plus the specials at the given ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    specials = {"<|begin_of_text|>": bos, "<|end_of_text|>": eos, "<|eot_id|>": eot}
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update(specials)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(specials))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", bos)])
+    return tok.to_str()
+
+
+def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 0) -> str:
+    if shape not in SHAPES:
+        raise ValueError(f"unknown synthetic shape {shape!r}; choose one of {', '.join(SHAPES)}")
+    s = SHAPES[shape]
+    rng = np.random.default_rng(seed)
+    D, I, L, V = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["vocab_size"]
+    q, kv = s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def scales(*rows):  # one multiplier per projection, repeated over its rows
+        return np.concatenate([np.full(r, rng.uniform(1.2, 1.8), dtype=np.float32) for r in rows])
+
+    tensors = {"embed": random_bf16(rng, V, D, std=0.5), "norm": norm(D)}
+    for i in range(L):
+        o = f"layers.{i}."
+        tensors.update({o + "attn_norm": norm(D), o + "attn_sub_norm": norm(D),
+                        o + "ffn_norm": norm(D), o + "ffn_sub_norm": norm(I)})
+        for name, rows, k in (("qkv", (q, kv, kv), D), ("o", (D,), q), ("gate_up", (I, I), D), ("down", (D,), I)):
+            tensors[o + name + ".codes"] = random_ternary_tiles(rng, sum(rows), k)
+            tensors[o + name + ".scale"] = scales(*rows)
+    tensors.update(build_int8_head(tensors["embed"]))
+
+    config = {k: s[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")}
+    config.update(rope_theta=500000.0, rms_norm_eps=1e-5, bos_token_id=s["bos"], eos_token_id=s["eos"])
+    meta = {
+        "config": config,
+        "tokenizer_json": tiny_tokenizer_json(s["bos"], s["eos"], s["eot"]),
+        "tokenizer_config": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                             "chat_template": BITNET_CHAT_TEMPLATE},
+        "generation_config": {"bos_token_id": s["bos"], "eos_token_id": [s["eos"], s["eot"]]},
+        "chat_template": BITNET_CHAT_TEMPLATE,
+        "stop_ids": [s["eos"], s["eot"]],
+        "bos_id": s["bos"],
+        "mask_id": None,
+        "diffusion": {"block_size": 32, "attention": "causal", "trained": False},
+        "source": {"path": None, "layout": "synthetic", "shape": shape, "seed": seed, "linear_class": None,
+                   "scale_mode": "multiply", "scale_mode_inferred": False, "embed_dtype": "BF16",
+                   "converter_version": CONVERTER_VERSION},
+    }
+    assert all(x % 16 == 0 for x in (D, I, q, kv)), "synthetic shapes must be tile aligned"
+    write_engine_file(out_path, meta, tensors)
+    return out_path
+
+
+if __name__ == "__main__":  # python -m bitnet_app.synthetic OUT [shape]
+    import sys
+    import time
+    t0 = time.time()
+    write_synthetic_engine_file(sys.argv[1], *(sys.argv[2:3] or ["2b4t"]))
+    print(json.dumps({"path": sys.argv[1], "seconds": round(time.time() - t0, 1)}))
