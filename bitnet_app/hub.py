@@ -283,7 +283,7 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
         if folder is None:
             raise HubError("offline", f"Offline mode is on (HF_HUB_OFFLINE) and {repo_id} is not (completely) in "
                                       f"the local cache {cache}. " + _OFFLINE_HINT)
-        _check_folder_config(folder, repo_id)
+        check_folder_config(folder, repo_id)
         return folder
     try:
         commit, sizes, etags = _list_files(repo_id, revision, token)
@@ -303,7 +303,7 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
     try:
         for i, name in enumerate(order):
             if i == 1:  # config.json is in: refuse other architectures before fetching gigabytes
-                _check_folder_config(folder, repo_id)
+                check_folder_config(folder, repo_id)
                 missing = sum(sizes[n] for n in order[1:]
                               if not os.path.exists(os.path.join(storage, "blobs", etags[n])))
                 ensure_free_space(cache, missing + (64 << 20), f"downloading {repo_id}")
@@ -338,7 +338,7 @@ def _remember_ref(storage: str, revision: str, commit: str) -> None:
         pass  # only an optimisation for offline starts
 
 
-def _check_folder_config(folder: str, where: str) -> None:
+def check_folder_config(folder: str, where: str) -> None:
     try:
         with open(os.path.join(folder, "config.json")) as f:
             config = json.load(f)

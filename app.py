@@ -1,0 +1,34 @@
+"""BitNet chat: `streamlit run app.py`. The page only draws; bitnet_app does the work."""
+import streamlit as st
+
+from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, state, style
+
+st.set_page_config(page_title="BitNet chat", page_icon=":material/bolt:", layout="wide",
+                   initial_sidebar_state="expanded")
+style.inject()
+state.init()
+busy = bool(st.session_state.generating)
+
+source = sidebar.model_picker(busy)
+if source is None:
+    st.info("Type a Hub repo id (owner/name) or a checkpoint folder in the sidebar to begin.")
+    st.stop()
+try:
+    loaded = loading.ensure_model(source, int(st.session_state.threads))
+except loading.LoadFailure as failure:
+    first_run.show_failure(failure, source.label)
+
+model = loaded.model
+state.seed_from_model(model, loaded.path)
+sidebar.settings(model, busy)
+sidebar.chat_actions(source.label, busy)
+sidebar.model_info(model)
+if str(model.info().get("isa")).lower() == "portable":
+    st.warning("This CPU has no AVX2, so the engine runs its portable C kernels: replies will be slow.",
+               icon=":material/speed:")
+
+view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, label_visibility="collapsed")
+if view == "Compare":
+    compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)))
+else:
+    chat_view.draw(loaded)

@@ -1,0 +1,25 @@
+"""The chat as Markdown and as JSON, for the export buttons."""
+import json
+import time
+
+from .stats import text_line
+
+
+def to_markdown(messages: list[dict], *, system_prompt: str, model: str) -> str:
+    lines = [f"# Chat with {model}", "", f"_Exported {time.strftime('%Y-%m-%d %H:%M')}_", ""]
+    if system_prompt.strip():
+        lines += ["**System prompt:** " + system_prompt.strip(), ""]
+    for m in messages:
+        who = "You" if m["role"] == "user" else "Assistant"
+        lines += [f"### {who}", "", m.get("content", ""), ""]
+        if m["role"] == "assistant":
+            lines += [f"_{text_line(m)}_", ""]
+    return "\n".join(lines)
+
+
+def to_json(messages: list[dict], *, system_prompt: str, model: str, settings: dict) -> str:
+    keep = ("role", "content", "mode", "stats", "stop_reason", "stopped", "trimmed")
+    return json.dumps({"model": model, "exported": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       "system_prompt": system_prompt, "settings": settings,
+                       "messages": [{k: m[k] for k in keep if k in m} for m in messages]},
+                      indent=2, ensure_ascii=False)

@@ -1,0 +1,62 @@
+"""Draw one reply from decoder events into placeholders, keeping the message dict (in session state) current.
+
+Every event updates the stored message first and then the screen, so whatever moment a Stop lands
+on, the history already holds the partial reply; `close()` (called from a `finally`) marks it stopped.
+"""
+import streamlit as st
+
+from ..decode.events import Done, Step, Token
+from . import block_picture, stats
+
+CURSOR = " ▌"
+
+
+def new_message(mode: str) -> dict:
+    return {"role": "assistant", "content": "", "mode": mode, "stats": None, "stop_reason": None,
+            "stopped": False, "trimmed": 0, "steps": [], "tokens_seen": 0, "done": False}
+
+
+class ReplyView:
+    def __init__(self, msg: dict, model, *, show_picture: bool = True):
+        self.msg, self.model = msg, model
+        self.text = st.empty()
+        self.picture = st.empty() if show_picture else None
+        self.footer = st.empty()
+        self._texts: dict[int, str] = {}
+        self.text.markdown(CURSOR)
+
+    def _token_text(self, tid: int) -> str:
+        if tid not in self._texts:
+            self._texts[tid] = self.model.decode([tid])
+        return self._texts[tid]
+
+    def apply(self, ev) -> None:
+        m = self.msg
+        if isinstance(ev, Token):
+            m["content"] += ev.text
+            m["tokens_seen"] += 1
+            self.text.markdown(m["content"] + CURSOR)
+        elif isinstance(ev, Step):
+            frame = block_picture.frame_from_step(ev, self._token_text)
+            if len(m["steps"]) < block_picture.MAX_FRAMES:
+                m["steps"].append(frame)
+            if self.picture is not None:
+                self.picture.markdown(block_picture.render(frame, caption=f"step {len(m['steps'])}"),
+                                      unsafe_allow_html=True)
+        elif isinstance(ev, Done):
+            m["content"], m["stats"], m["stop_reason"], m["done"] = ev.text, dict(ev.stats), ev.stop_reason, True
+            self.text.markdown(m["content"] or "_(empty reply)_")
+            self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
+
+    def close(self) -> None:
+        """After the last event or an interruption (Stop, rerun, error): never lose what was shown."""
+        if not self.msg["done"]:
+            self.msg["stopped"] = True
+
+
+def draw_stored(msg: dict) -> None:
+    """A finished (or stopped) reply from history."""
+    if msg.get("error"):
+        st.error(msg["error"], icon=":material/error:")
+    st.markdown(msg.get("content") or ("_(stopped before the first token)_" if msg.get("stopped") else ""))
+    st.markdown(stats.html_row(msg), unsafe_allow_html=True)

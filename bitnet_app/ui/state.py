@@ -1,0 +1,86 @@
+"""Session state of the page: the chat, the generating flag, and the decode settings.
+
+A stored message is a plain dict:
+    {"role": "user"|"assistant", "content": str,
+     # assistant only:
+     "mode": "ar"|"diffusion", "stats": dict|None, "stop_reason": str|None, "stopped": bool,
+     "trimmed": int (older messages left out to fit the context), "steps": [picture frames] (diffusion)}
+"""
+import copy
+
+import streamlit as st
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concisely."
+
+# key -> initial value (decode settings are re-seeded from each model's own defaults when it loads)
+DEFAULTS = {
+    "messages": [],           # the chat history
+    "generating": False,      # a reply is streaming: controls are drawn disabled
+    "job": None,              # what to generate next: {"kind": "chat"} or {"kind": "compare", "prompt": str}
+    "compare": None,          # the last compare run: {"prompt", "ar": message, "diffusion": message}
+    "view": "Chat",
+    "system_prompt": DEFAULT_SYSTEM_PROMPT,
+    "mode": "ar",
+    "temperature": 0.6,
+    "top_p": 0.9,
+    "top_k": 0,
+    "repetition_penalty": 1.0,
+    "max_new_tokens": 256,
+    "seed": 0,
+    "block_size": 32,
+    "sub_block_size": 8,
+    "threshold": 0.9,
+    "attention": "causal",
+    "threads": 0,             # 0: all cores
+    "defaults_for": None,     # the engine file whose defaults seeded the settings above
+}
+
+
+def init() -> None:
+    for key, value in DEFAULTS.items():
+        if key not in st.session_state:
+            st.session_state[key] = copy.deepcopy(value)
+
+
+def seed_from_model(model, engine_path: str) -> None:
+    """Once per loaded model: start the sampler and diffusion knobs from the checkpoint's own values."""
+    ss = st.session_state
+    if ss.get("defaults_for") == engine_path:
+        return
+    gen = model.generation_defaults
+    ss.temperature = round(float(gen["temperature"]), 2)
+    ss.top_p = round(float(gen["top_p"]), 2)
+    ss.top_k = int(gen["top_k"])
+    ss.repetition_penalty = round(float(gen["repetition_penalty"]), 2)
+    diff = model.diffusion_defaults
+    ss.block_size = int(diff["block_size"])
+    ss.sub_block_size = min(int(diff["sub_block_size"]), ss.block_size)
+    ss.threshold = float(diff["threshold"])
+    ss.attention = diff["attention"]
+    ss.max_new_tokens = min(int(ss.max_new_tokens), max(16, model.context_length // 2))
+    ss.defaults_for = engine_path
+
+
+def decode_params(mode: str | None = None) -> dict:
+    """The settings as Model.generate keyword arguments."""
+    ss = st.session_state
+    mode = mode or ss.mode
+    params = {"mode": mode, "max_new_tokens": int(ss.max_new_tokens), "temperature": float(ss.temperature),
+              "top_p": float(ss.top_p), "top_k": int(ss.top_k), "repetition_penalty": float(ss.repetition_penalty),
+              "seed": int(ss.seed)}
+    if mode == "diffusion":
+        params.update(block_size=int(ss.block_size), sub_block_size=int(ss.sub_block_size),
+                      threshold=float(ss.threshold), attention=ss.attention)
+    return params
+
+
+def start(job: dict) -> None:
+    """Begin a generation: flag it and rerun so every control is drawn disabled first."""
+    st.session_state.job = job
+    st.session_state.generating = True
+    st.rerun()
+
+
+def finish() -> None:
+    st.session_state.job = None
+    st.session_state.generating = False
