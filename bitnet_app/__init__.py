@@ -18,12 +18,12 @@ class ModelNotFound(FileNotFoundError):
     """`src` names no engine file, checkpoint folder or Hub repository."""
 
 
-def resolve_model_file(src, *, progress=None) -> str:
+def resolve_model_file(src, *, download_progress=None, convert_progress=None) -> str:
     """The path of a converted engine file for src, converting (and downloading) when needed.
 
     src: a converted engine file; an HF checkpoint folder (converted once into cache_dir()/converted/,
     reused while the folder is unchanged); or a Hub repo id "owner/name" (downloaded via bitnet_app.hub).
-    progress: optional callback passed to the download and the conversion.
+    download_progress: callback(hub.DownloadProgress); convert_progress: callback(fraction, message).
     """
     src = os.fspath(src)
     path = os.path.expanduser(src)
@@ -33,10 +33,10 @@ def resolve_model_file(src, *, progress=None) -> str:
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise ModelNotFound(f"{src} is a folder but not a model checkpoint (it has no config.json); "
                                 "give an HF checkpoint folder, a converted .bitnet file or a Hub repo id")
-        return _convert_cached(path, progress)
+        return _convert_cached(path, convert_progress)
     from . import hub  # only now: it imports huggingface_hub
     if hub.is_repo_id(src):
-        return _convert_cached(hub.download_checkpoint(src, progress=progress), progress)
+        return _convert_cached(hub.download_checkpoint(src, progress=download_progress), convert_progress)
     raise ModelNotFound(f"{src} does not exist: give a converted .bitnet file, an HF checkpoint folder, "
                         "or a Hub repo id such as microsoft/bitnet-b1.58-2B-4T")
 
@@ -58,8 +58,9 @@ def _convert_cached(folder: str, progress) -> str:
 
 
 def load_model(src, *, lm_head: str = "int8", threads: int | None = None, isa: str | None = None,
-               progress=None):
+               download_progress=None, convert_progress=None):
     """A ready Model (bitnet_app.model.Model) from an engine file, an HF checkpoint folder or a Hub repo id."""
     from .model import Model
 
-    return Model.open(resolve_model_file(src, progress=progress), lm_head=lm_head, threads=threads, isa=isa)
+    path = resolve_model_file(src, download_progress=download_progress, convert_progress=convert_progress)
+    return Model.open(path, lm_head=lm_head, threads=threads, isa=isa)
