@@ -17,13 +17,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-BOS, EOS, EOT, MASK = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "|<MASK>|"
+from bitnet_app.synthetic import BITNET_CHAT_TEMPLATE  # 2B-4T's chat template
 
-# The template of microsoft/bitnet-b1.58-2B-4T's tokenizer_config.json (see the checkpoint fact sheet, section 7).
-BITNET_CHAT_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + '<|eot_id|>' %}"
-    "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}")
+BOS, EOS, EOT, MASK = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "|<MASK>|"
 
 # Training text for the toy tokenizer: plain sentences written for these tests, fixed so that the
 # trained vocabulary (and with it every token id) is the same on every run.

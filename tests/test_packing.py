@@ -1,0 +1,100 @@
+"""packing.py: round trips on awkward shapes, the documented byte positions, and agreement with
+transformers' own pack_weights / unpack_weights and torch's bfloat16 rounding."""
+import numpy as np
+import pytest
+import torch
+
+from bitnet_app import packing
+
+SHAPES = [(1, 1), (1, 17), (4, 3), (15, 16), (16, 16), (17, 33), (33, 100), (40, 7)]
+
+
+def ternary(rng, shape):
+    return rng.integers(-1, 2, size=shape).astype(np.int8)
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_ternary_tiles_round_trip_and_padding(n, k):
+    w = ternary(np.random.default_rng(n * 100 + k), (n, k))
+    packed = packing.pack_ternary_tiles(w)
+    np_, kp = packing.ceil_to(n, 16), packing.ceil_to(k, 16)
+    assert packed.shape == (np_ // 16, kp // 16, 64) and packed.dtype == np.uint8
+    assert np.array_equal(packing.unpack_ternary_tiles(packed, n, k), w)
+    full = packing.unpack_ternary_tiles(packed, np_, kp)      # padding must be weight 0 (code 1)
+    assert not full[n:].any() and not full[:, k:].any()
+
+
+def test_ternary_tile_byte_position_matches_docstring():
+    # one +1 at (r, c) in a field of zeros: byte [r//16, c//16, 4*(r%16) + c%4], shift 2*((c%16)//4), code 2
+    n, k, r, c = 35, 50, 21, 39
+    w = np.zeros((n, k), np.int8)
+    w[r, c] = 1
+    packed = packing.pack_ternary_tiles(w)
+    expect = np.full(packed.shape, 0b01010101, np.uint8)       # every field code 1
+    s = (c % 16) // 4
+    expect[r // 16, c // 16, 4 * (r % 16) + c % 4] = (0b01010101 & ~(3 << 2 * s)) | (2 << 2 * s)
+    assert np.array_equal(packed, expect)
+
+
+def test_pack_ternary_tiles_rejects_non_ternary():
+    with pytest.raises(ValueError):
+        packing.pack_ternary_tiles(np.array([[0, 2]], np.int8))
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_int8_tiles_round_trip(n, k):
+    w8 = np.random.default_rng(k).integers(-127, 128, size=(n, k)).astype(np.int8)
+    packed = packing.pack_int8_tiles(w8)
+    assert packed.shape == (packing.ceil_to(n, 16) // 16, packing.ceil_to(k, 16) // 4, 64)
+    assert np.array_equal(packing.unpack_int8_tiles(packed, n, k), w8)
+    full = packing.unpack_int8_tiles(packed, packing.ceil_to(n, 16), packing.ceil_to(k, 16))
+    assert not full[n:].any() and not full[:, k:].any()
+    r, c = n - 1, k - 1   # documented position: byte [r//16, c//4, 4*(r%16) + c%4]
+    assert packed[r // 16, c // 4, 4 * (r % 16) + c % 4] == w8[r, c]
+
+
+@pytest.mark.parametrize("n,k", [(4, 1), (8, 3), (12, 17), (64, 33)])
+def test_hf_u8_matches_transformers(n, k):
+    from transformers.integrations.bitnet import pack_weights, unpack_weights
+    w = ternary(np.random.default_rng(n + k), (n, k))
+    ours = packing.pack_hf_u8(w)
+    theirs = pack_weights(torch.from_numpy(w.astype(np.int32))).numpy()
+    assert ours.shape == (n // 4, k) and np.array_equal(ours, theirs)
+    assert np.array_equal(packing.unpack_hf_u8(ours), w)
+    assert np.array_equal(unpack_weights(torch.from_numpy(ours), dtype=torch.float32).numpy(), w.astype(np.float32))
+    assert np.array_equal(packing.unpack_hf_u8(ours, n_rows=n - 1), w[:n - 1])
+
+
+def test_hf_u8_docstring_example():
+    # transformers' unpack_weights docstring: rows unpack in blocks of P = 2 (blocked, not interleaved)
+    packed = np.array([[0b10100001, 0b00011000], [0b10010000, 0b00001010]], np.uint8)
+    want = [[0, -1], [-1, 1], [-1, 1], [-1, 1], [1, 0], [0, -1], [1, -1], [1, -1]]
+    assert packing.unpack_hf_u8(packed).tolist() == want
+
+
+def test_pack_hf_u8_needs_rows_divisible_by_4():
+    with pytest.raises(ValueError):
+        packing.pack_hf_u8(np.zeros((6, 2), np.int8))
+
+
+def test_quantize_rows_int8_error_and_zero_rows():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((9, 37)).astype(np.float32)
+    w[3] = 0
+    w8, scale = packing.quantize_rows_int8(w)
+    assert w8.dtype == np.int8 and scale.dtype == np.float32
+    assert scale[3] == 1 and not w8[3].any()
+    assert np.all(np.abs(w8.astype(np.float32) * scale[:, None] - w) <= scale[:, None] / 2 + 1e-7)
+    assert np.abs(w8).max() == 127
+
+
+def test_bf16_conversions_match_torch():
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 100,
+                        # exact ties between two bf16 values: round half to even
+                        (np.arange(1, 200, dtype=np.uint32) << 16 | 0x8000).view(np.float32),
+                        np.array([0.0, -0.0, np.inf, -np.inf, 3.4e38], np.float32)])
+    ours = packing.f32_to_bf16(x)
+    theirs = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(ours, theirs)
+    assert np.array_equal(packing.bf16_to_f32(ours), torch.from_numpy(x).to(torch.bfloat16).float().numpy())
