@@ -6,8 +6,9 @@
     m.complete(ids, max_new_tokens=16)        # -> generated ids (stop id excluded)
     m.logits(ids)                             # -> (len(ids), V) float32, fresh causal forward from 0
 
-One Model drives one engine: run one generation at a time (close or exhaust a generator before
-starting the next). Between replies the KV cache is reused for the longest common prefix of the
+One Model drives one engine, so one generation at a time: starting a generation or calling logits()
+invalidates an unfinished generator (its next step raises RuntimeError instead of corrupting the
+cache); for concurrent use from several threads, hold a lock around each whole reply. Between replies the KV cache is reused for the longest common prefix of the
 previous sequence and the new prompt (a chat that grows by one turn re-runs only the new turn).
 """
 import os
@@ -16,7 +17,7 @@ import numpy as np
 
 from . import chat
 from .decode.ar import generate_ar
-from .decode.context import ContextOverflow
+from .decode.context import ContextOverflow, check_prompt_fits
 from .decode.events import Done
 from .engine import Engine
 from .engine_file import EngineFile
@@ -42,6 +43,7 @@ class Model:
         self.chat_template = ef.meta.get("chat_template") or None  # None: the BitNet default template
         # ids whose K/V fill the engine's committed positions [0, len); kept exact by the decoders
         self._kv_ids: list[int] = []
+        self._owner = None  # the generation that may use the engine now (see _exclusive)
 
     @classmethod
     def open(cls, path: str, *, lm_head: str = "int8", threads: int | None = None,
@@ -147,6 +149,7 @@ class Model:
             raise ValueError("logits needs at least one token")
         if len(ids) > self.engine.ctx:
             raise ContextOverflow(len(ids), self.engine.ctx)
+        self._owner = None  # an unfinished generator must not continue on top of this forward
         self._kv_ids.clear()
         self.engine.reset()
         out = self.engine.forward(ids, start=0, commit=True, rows=range(len(ids)))
@@ -165,6 +168,7 @@ class Model:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         ids = self._check_ids(ids)
+        check_prompt_fits(len(ids), self.engine.ctx)  # raise here, at the call, not at the first next()
         max_new = p.pop("max_new_tokens", None)
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         mask_id = p.pop("mask_id", None)
@@ -180,11 +184,33 @@ class Model:
         common = dict(sampler=sampler, stop_ids=self.stop_ids, max_new_tokens=max_new,
                       detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids)
         if mode == "ar":
-            return generate_ar(self.engine, ids, **common)
+            return self._exclusive(generate_ar(self.engine, ids, **common))
         knobs = self.diffusion_defaults
         knobs.update({k: v for k, v in p.items() if v is not None})
         knobs["mask_id"] = mask_id
-        return _diffusion_generator()(self.engine, ids, **common, **knobs)
+        return self._exclusive(_diffusion_generator()(self.engine, ids, **common, **knobs))
+
+    def _exclusive(self, gen):
+        """Run `gen` as the engine's only user: a later generate()/logits() takes the engine over, and
+        this one then stops with a clear error rather than writing into a cache it no longer owns."""
+        me = object()
+        self._owner = me
+        try:
+            for ev in gen:
+                yield ev
+                if self._owner is not me:
+                    raise RuntimeError("this reply was interrupted: another generation (or a logits call) "
+                                       "used the model's engine in the meantime; generate it again")
+        finally:
+            gen.close()
+            if self._owner is me:
+                self._owner = None
+
+    def close(self) -> None:
+        """Drop the engine (its weights mapping and KV cache are freed once nothing else holds them)."""
+        self._owner = None
+        self._kv_ids.clear()
+        self.engine = None
 
     def complete(self, ids, **decode_params) -> list[int]:
         """The generated ids (stop id excluded) of one reply."""

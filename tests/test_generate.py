@@ -109,7 +109,7 @@ def test_context_overflow_is_a_clear_error(model):
     assert ctx == CTX
     too_long = [model.bos_id] * ctx
     with pytest.raises(ContextOverflow, match=rf"{ctx} tokens but the model's context holds {ctx}"):
-        list(model.generate(too_long, max_new_tokens=4))
+        model.generate(too_long, max_new_tokens=4)  # raised at the call, before any event
     with pytest.raises(ValueError):
         model.complete([], max_new_tokens=4)
     # one free position: exactly one new token, then the context is full
@@ -128,6 +128,23 @@ def test_closing_a_generator_early_keeps_the_cache_consistent(model):
     assert got == want[:3]
     assert model.engine.n_past == len(model._kv_ids)
     assert model.complete(ids, max_new_tokens=12) == want  # reuses what the closed run committed
+
+
+def test_an_interrupted_generator_stops_instead_of_corrupting_the_cache(model):
+    ids = prompt(model)
+    want = model.complete(ids, max_new_tokens=10)
+    gen = model.generate(ids, max_new_tokens=10)
+    next(gen)
+    other = model.complete(prompt(model, "The quick brown fox"), max_new_tokens=5)  # takes the engine over
+    with pytest.raises(RuntimeError, match="another generation"):
+        next(gen)
+    gen = model.generate(ids, max_new_tokens=10)
+    next(gen)
+    model.logits([model.bos_id, 5])
+    with pytest.raises(RuntimeError):
+        next(gen)
+    assert model.complete(ids, max_new_tokens=10) == want
+    assert model.complete(prompt(model, "The quick brown fox"), max_new_tokens=5) == other
 
 
 def test_a_second_chat_turn_reuses_the_cache_and_matches_a_fresh_run(model):
