@@ -76,7 +76,7 @@ def _check_tensors(ck: Checkpoint, cfg: dict, layout: str) -> None:
             name = p + proj + ".weight"
             if layout == "offline":
                 if N % 4:
-                    raise ConvertError(f"{name}: {N} output rows cannot be stored 4 per byte (packed layout).")
+                    raise ConvertError(f"{name}: {N} output rows cannot be stored 4 per byte (packed layout). Use an unmodified BitNet b1.58 checkpoint.")
                 _expect(ck, name, (N // 4, K), ("U8",))
                 s = name + "_scale"
                 if s not in ck:
@@ -84,7 +84,7 @@ def _check_tensors(ck: Checkpoint, cfg: dict, layout: str) -> None:
                                        f"weight_scale. Download the checkpoint again.")
                 if ck.dtype(s) not in FLOAT_TAGS or int(np.prod(ck.shape(s))) != 1:
                     raise ConvertError(f"tensor {s!r} is {ck.dtype(s)} {list(ck.shape(s))}, expected one "
-                                       f"BF16/F16/F32 value (a per-tensor scale).")
+                                       f"BF16/F16/F32 value (a per-tensor scale). Use an unmodified BitNet b1.58 checkpoint.")
             else:
                 _expect(ck, name, (N, K), FLOAT_TAGS)
 
@@ -96,6 +96,9 @@ def _layout(ck: Checkpoint, cfg: dict, linear_class, mode) -> str:
     first = "model.layers.0.self_attn.q_proj.weight"
     if first not in ck:
         raise ConvertError(f"tensor {first!r} is missing from {ck.folder}. Download the checkpoint again.")
+    if ck.dtype(first) not in ("U8",) + FLOAT_TAGS:
+        raise ConvertError(f"tensor {first!r} has dtype {ck.dtype(first)}, expected U8 (packed ternary) or "
+                           f"BF16/F16/F32 (latent weights). Use an unmodified BitNet b1.58 checkpoint.")
     layout = "offline" if ck.dtype(first) == "U8" else "online"
     if mode is not None and mode != layout:
         raise ConvertError(f"quantization_mode is {mode!r} but {first} is {ck.dtype(first)} "

@@ -42,7 +42,7 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     if raw.get("model_type") != "bitnet" and ARCH not in archs:
         raise ConvertError(
             f"{folder} holds a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'}), "
-            f"not {ARCH}. This app runs BitNet b1.58 checkpoints only, e.g. microsoft/bitnet-b1.58-2B-4T.")
+            f"not {ARCH}. This app runs BitNet b1.58 models only: use one such as microsoft/bitnet-b1.58-2B-4T.")
     if raw.get("hidden_act", "relu2") != "relu2":
         raise ConvertError(f"hidden_act {raw['hidden_act']!r} is not supported (BitNet b1.58 uses relu2). "
                            f"Use a BitNet b1.58 checkpoint.")
@@ -71,13 +71,13 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
         raise ConvertError(f"config.json in {folder} has an invalid value ({exc}). Download the checkpoint again.") from exc
     if min(cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], H, cfg["num_key_value_heads"],
            cfg["head_dim"], cfg["vocab_size"], cfg["max_position_embeddings"]) <= 0:
-        raise ConvertError(f"config.json in {folder} has a size that is not positive: {cfg}.")
+        raise ConvertError(f"config.json in {folder} has a size that is not positive: {cfg}. Fix config.json or download the checkpoint again.")
     if H * cfg["head_dim"] != D:
         raise ConvertError(f"num_attention_heads x head_dim = {H} x {cfg['head_dim']} != hidden_size {D}; the BitNet "
-                           f"attention sub-norm needs them equal. The config does not describe a BitNet b1.58 model.")
+                           f"attention sub-norm needs them equal. Fix head_dim in config.json or use an unmodified checkpoint.")
     if H % cfg["num_key_value_heads"] or cfg["head_dim"] % 2:
         raise ConvertError(f"{H} attention heads cannot share {cfg['num_key_value_heads']} KV heads, or head_dim "
-                           f"{cfg['head_dim']} is odd: the config is inconsistent.")
+                           f"{cfg['head_dim']} is odd. Fix config.json or use an unmodified checkpoint.")
     return cfg, raw
 
 
@@ -97,9 +97,9 @@ def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
         raise ConvertError(f"quantization method {method!r} is not supported (only 'bitnet' 1.58-bit weights). "
                            f"Use a BitNet b1.58 checkpoint.")
     if lc not in (None, "autobitlinear", "bitlinear"):
-        raise ConvertError(f"quantization_config.linear_class {lc!r} is not supported (autobitlinear or bitlinear).")
+        raise ConvertError(f"quantization_config.linear_class {lc!r} is not supported (autobitlinear or bitlinear). Use a BitNet b1.58 checkpoint.")
     if mode not in (None, "offline", "online"):
-        raise ConvertError(f"quantization_config.quantization_mode {mode!r} is not supported (offline or online).")
+        raise ConvertError(f"quantization_config.quantization_mode {mode!r} is not supported (offline or online). Use a BitNet b1.58 checkpoint.")
     if qc.get("use_rms_norm"):
         raise ConvertError("quantization_config.use_rms_norm=true (an extra RMSNorm inside every linear) is not "
                            "supported by the engine. Use a checkpoint without it.")
@@ -132,7 +132,7 @@ def read_text_meta(folder: str, config: dict) -> dict:
         mask_id = _token_id(tok, MASK_TOKEN)
     if mask_id is not None and not 0 <= int(mask_id) < V:
         raise ConvertError(f"mask token id {mask_id} is outside the {V} embedding rows. The DLM checkpoint is "
-                           f"inconsistent: its embedding must have a row for the mask token.")
+                           f"inconsistent: fix mask_token_id in dlm_config.json, or use a checkpoint whose embedding has a mask row.")
     for sid in stop_ids:
         if not 0 <= sid < V:
             raise ConvertError(f"stop token id {sid} is outside the {V} embedding rows; fix eos_token_id in "
