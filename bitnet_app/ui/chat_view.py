@@ -100,8 +100,9 @@ def _generate(loaded) -> None:
             kept, dropped = model.trim_history(_conversation(), params["max_new_tokens"])
             if dropped:
                 msg["trimmed"] = dropped
-                st.info(f"The conversation is longer than the model's context ({model.context_length} tokens): "
-                        f"the {dropped} oldest messages were left out of this reply.", icon=":material/content_cut:")
+                msg["trim_notice"] = (f"The conversation is longer than the model's context ({model.context_length} "
+                                      f"tokens): the {dropped} oldest messages were left out of this reply.")
+                st.info(msg["trim_notice"], icon=":material/content_cut:")
             ss.messages.append(msg)
             ids = model.chat_ids(kept)
             view = reply.ReplyView(msg, model, show_picture=params["mode"] == "diffusion")

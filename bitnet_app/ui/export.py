@@ -18,7 +18,7 @@ def to_markdown(messages: list[dict], *, system_prompt: str, model: str) -> str:
 
 
 def to_json(messages: list[dict], *, system_prompt: str, model: str, settings: dict) -> str:
-    keep = ("role", "content", "mode", "stats", "stop_reason", "stopped", "trimmed")
+    keep = ("role", "content", "mode", "stats", "stop_reason", "stopped", "trimmed", "error")
     return json.dumps({"model": model, "exported": time.strftime("%Y-%m-%dT%H:%M:%S"),
                        "system_prompt": system_prompt, "settings": settings,
                        "messages": [{k: m[k] for k in keep if k in m} for m in messages]},

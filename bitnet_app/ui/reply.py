@@ -23,6 +23,7 @@ class ReplyView:
         self.picture = st.empty() if show_picture else None
         self.footer = st.empty()
         self._texts: dict[int, str] = {}
+        self._last_frame = None
         self.text.markdown(CURSOR)
 
     def _token_text(self, tid: int) -> str:
@@ -37,7 +38,8 @@ class ReplyView:
             m["tokens_seen"] += 1
             self.text.markdown(m["content"] + CURSOR)
         elif isinstance(ev, Step):
-            frame = block_picture.frame_from_step(ev, self._token_text)
+            frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame)
+            self._last_frame = frame
             if len(m["steps"]) < block_picture.MAX_FRAMES:
                 m["steps"].append(frame)
             if self.picture is not None:
@@ -58,5 +60,7 @@ def draw_stored(msg: dict) -> None:
     """A finished (or stopped) reply from history."""
     if msg.get("error"):
         st.error(msg["error"], icon=":material/error:")
+    if msg.get("trim_notice"):
+        st.info(msg["trim_notice"], icon=":material/content_cut:")
     st.markdown(msg.get("content") or ("_(stopped before the first token)_" if msg.get("stopped") else ""))
     st.markdown(stats.html_row(msg), unsafe_allow_html=True)

@@ -25,8 +25,6 @@ def chips(msg: dict) -> list[tuple[str, str]]:
         out.append(("stopped", "stopped by you"))
     elif msg.get("stop_reason"):
         out.append(("", STOP_LABELS.get(msg["stop_reason"], msg["stop_reason"])))
-    if msg.get("trimmed"):
-        out.append(("warn", f"{msg['trimmed']} oldest messages left out to fit the context"))
     return out
 
 

@@ -17,6 +17,7 @@ CSS = """
        text-align:center; padding:.15rem .3rem; border-radius:.35rem; white-space:pre;}
 .slot.mask {background:repeating-linear-gradient(45deg,#eceefb,#eceefb 4px,#e2e5f7 4px,#e2e5f7 8px);
             color:#a3a7cf;}
+.slot.given {background:#f3f4f6; color:#9ca3af;}
 .slot.fill {background:#e0e7ff; color:#1e1b4b;}
 .slot.new {background:#fbbf24; color:#1f1300; box-shadow:0 0 0 2px #f59e0b; font-weight:600;}
 .slot.gone {opacity:.35;}

@@ -1,0 +1,231 @@
+"""The Streamlit page under streamlit.testing.v1.AppTest, running the real engine on small checkpoints.
+
+The first run downloads from a loopback fake Hub (HF_ENDPOINT, the real huggingface_hub code),
+converts, loads and chats; caches live in tmp folders per test module.
+"""
+import json
+import os
+import shutil
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from bitnet_app.ui import export, jobs
+from checkpoints import make_hf_checkpoint
+from fake_hub import FakeHub
+
+APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.py")
+REPO = "org/bitnet-tiny"
+SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, max_position_embeddings=256)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpts")
+    dlm = str(root / "dlm")
+    make_hf_checkpoint(dlm, mask_token=True, seed=1, **SMALL)
+    plain = str(root / "plain")
+    make_hf_checkpoint(plain, mask_token=False, seed=2, **SMALL)
+    llama = str(root / "llama")
+    shutil.copytree(plain, llama)
+    with open(os.path.join(llama, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama")
+    cfg.pop("quantization_config", None)
+    with open(os.path.join(llama, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    broken = str(root / "broken")
+    shutil.copytree(plain, broken)
+    weights = os.path.join(broken, "model.safetensors")
+    with open(weights, "r+b") as f:
+        f.truncate(os.path.getsize(weights) // 2)  # a download cut in half
+    return {"dlm": dlm, "plain": plain, "llama": llama, "broken": broken}
+
+
+@pytest.fixture(scope="module")
+def fake_hub(checkpoints):
+    with FakeHub({REPO: checkpoints["dlm"], "org/bitnet-gated": checkpoints["dlm"]},
+                 missing={"org/missing"}, gated={"org/bitnet-gated"}) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    root = tmp_path_factory.mktemp("caches")
+    return {"hf": str(root / "hf"), "engines": str(root / "engines")}
+
+
+@pytest.fixture
+def env(monkeypatch, fake_hub, caches):
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", caches["hf"])
+    monkeypatch.setenv("BITNET_APP_CACHE", caches["engines"])
+    monkeypatch.setenv("BITNET_APP_MODEL", REPO)
+    monkeypatch.setenv("BITNET_THREADS", "1")  # 2 shared cores: a spinning second worker only slows tests
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    st.cache_resource.clear()  # cached engines outlive AppTest instances
+    jobs.forget_failed()
+    yield monkeypatch
+    st.cache_resource.clear()
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _chat(at: AppTest, text: str) -> dict:
+    at.chat_input(key="chat_prompt").set_value(text).run()
+    assert not at.exception, at.exception
+    msgs = at.session_state["messages"]
+    assert msgs[-1]["role"] == "assistant"
+    return msgs[-1]
+
+
+def _all_markdown(at) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+def test_first_run_downloads_converts_then_chats(env, fake_hub, caches):
+    fake_hub.requests.clear()
+    at = _app()
+    labels = [s.label for s in at.status]
+    assert f"Downloaded {REPO}" in labels and any(label.startswith("Converted in") for label in labels)
+    assert [r for r in fake_hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
+    assert at.sidebar.selectbox(key="model_choice").value == REPO
+    msg = _chat(at, "Hello there")
+    assert msg["done"] and not msg["stopped"] and msg["content"] and msg["mode"] == "ar"
+    assert msg["stats"]["tokens"] > 0 and msg["stats"]["tok_s"] > 0 and msg["stats"]["ttft_s"] > 0
+    bubble = at.chat_message[1]
+    assert bubble.markdown[0].value == msg["content"]
+    assert "tok/s" in bubble.markdown[1].value and "first token" in bubble.markdown[1].value
+    assert at.session_state["messages"][0] == {"role": "user", "content": "Hello there"}
+
+
+def test_second_start_goes_straight_to_chat_without_the_network(env, fake_hub, caches):
+    _app()  # make sure the model is downloaded and converted
+    st.cache_resource.clear()
+    fake_hub.requests.clear()
+    at = _app()
+    assert not at.status  # no download, no conversion
+    assert fake_hub.requests == []
+    assert at.chat_input(key="chat_prompt")
+
+
+def test_chat_in_diffusion_mode_shows_steps_and_forwards(env):
+    at = _app()
+    at.sidebar.radio(key="mode").set_value("diffusion").run()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    msg = _chat(at, "Tell me a story")
+    assert msg["mode"] == "diffusion" and msg["done"]
+    assert msg["stats"]["forwards"] > 0 and msg["stats"]["tokens_per_forward"] > 0
+    assert msg["steps"] and all(0 < len(f["slots"]) <= at.session_state["block_size"] for f in msg["steps"])
+    assert all(f["new"] for f in msg["steps"])  # every forward fills at least one slot
+    row = at.chat_message[1].markdown[1].value
+    assert "forwards" in row and "tokens/forward" in row
+    assert any("diffusion steps" in e.label for e in at.expander)  # the replay
+
+
+def test_settings_reach_the_decoder_and_regenerate_repeats_a_greedy_reply(env):
+    at = _app()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(5).run()
+    first = _chat(at, "Count to ten")
+    assert first["stats"]["tokens"] <= 5 and first["stop_reason"] in ("length", "stop")
+    at.button(key="regenerate").click().run()
+    assert not at.exception
+    msgs = at.session_state["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant"]
+    assert msgs[-1]["content"] == first["content"]  # temperature 0: the same reply again
+
+
+def test_system_prompt_clear_and_export(env):
+    at = _app()
+    at.sidebar.text_area(key="system_prompt").set_value("Answer like a pirate.").run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(4).run()
+    _chat(at, "Hi")
+    msgs = at.session_state["messages"]
+    md = export.to_markdown(msgs, system_prompt="Answer like a pirate.", model=REPO)
+    assert "Answer like a pirate." in md and "### You" in md and "Hi" in md and "tok/s" in md
+    data = json.loads(export.to_json(msgs, system_prompt="Answer like a pirate.", model=REPO,
+                                     settings={"mode": "ar"}))
+    assert data["messages"][1]["stats"]["tokens"] == msgs[1]["stats"]["tokens"]
+    assert len(at.sidebar.download_button) == 2
+    clear = [b for b in at.sidebar.button if b.label == "Clear chat"][0]
+    clear.click().run()
+    assert at.session_state["messages"] == []
+
+
+def test_long_history_is_trimmed_with_a_notice(env):
+    at = _app()
+    long = "the quick brown fox jumps over the lazy dog " * 12
+    at.session_state["messages"] = [m for _ in range(6) for m in
+                                    ({"role": "user", "content": long},
+                                     {"role": "assistant", "content": long, "mode": "ar", "stats": None})]
+    at.sidebar.number_input(key="max_new_tokens").set_value(8).run()
+    msg = _chat(at, "And now?")
+    assert msg["trimmed"] > 0
+    assert any("oldest messages were left out" in i.value for i in at.info)
+
+
+def test_compare_view_runs_both_modes(env):
+    at = _app()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(24).run()
+    at.segmented_control(key="view").set_value("Compare").run()
+    assert not at.exception
+    at.chat_input(key="compare_prompt").set_value("Hello").run()
+    assert not at.exception, at.exception
+    result = at.session_state["compare"]
+    assert not result.get("error"), result.get("error")
+    assert result["ar"]["done"] and result["diffusion"]["done"]
+    assert result["ar"]["stats"]["tokens_per_forward"] == 1.0
+    assert result["diffusion"]["stats"]["forwards"] > 0
+    labels = [m.label for m in at.metric]
+    assert "Diffusion speed vs AR" in labels and "Do the texts agree?" in labels
+
+
+def test_not_trained_for_diffusion_is_said_plainly(env, checkpoints):
+    env.setenv("BITNET_APP_MODEL", checkpoints["plain"])
+    at = _app()
+    at.sidebar.radio(key="mode").set_value("diffusion").run()
+    assert any("not trained for block diffusion" in i.value for i in at.sidebar.info)
+
+
+@pytest.mark.parametrize("case, title", [
+    ("offline", "You are offline"),
+    ("not_found", "That model was not found"),
+    ("gated", "needs a Hugging Face login"),
+    ("not_bitnet", "That is not a BitNet model"),
+    ("bad_checkpoint", "That checkpoint cannot be used"),
+    ("no_network", "cannot be reached"),
+])
+def test_error_pages_explain_what_to_do(env, checkpoints, case, title, tmp_path):
+    if case == "offline":
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+        env.setenv("BITNET_APP_CACHE", str(tmp_path / "empty-engines"))
+    elif case == "not_found":
+        env.setenv("BITNET_APP_MODEL", "org/missing")
+    elif case == "gated":
+        env.setenv("BITNET_APP_MODEL", "org/bitnet-gated")
+    elif case == "not_bitnet":
+        env.setenv("BITNET_APP_MODEL", checkpoints["llama"])
+    elif case == "bad_checkpoint":
+        env.setenv("BITNET_APP_MODEL", checkpoints["broken"])
+    elif case == "no_network":
+        env.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+        env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+        env.setenv("BITNET_APP_CACHE", str(tmp_path / "empty-engines"))
+    at = _app()
+    page = _all_markdown(at)
+    assert title in page, page
+    assert at.error and at.error[0].value  # the explanation in words
+    labels = [b.label for b in at.button]
+    assert "Retry" in labels and "Use the bundled demo model" in labels
+    assert not at.chat_input  # no chat without a model
+    if case in ("offline", "no_network"):
+        assert "Demo model" in at.error[0].value
