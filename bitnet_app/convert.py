@@ -202,7 +202,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                            f"(config.json, tokenizer.json, *.safetensors).")
     cfg, raw = read_model_config(src_dir)
     _, linear_class, mode = read_quant_config(raw)
-    text = read_text_meta(src_dir, cfg)
+    text = read_text_meta(src_dir, cfg, raw)
     try:
         ck = Checkpoint(src_dir)
     except SafetensorsError as exc:

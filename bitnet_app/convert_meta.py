@@ -3,7 +3,7 @@ generation settings and block-diffusion (DLM) settings, checked and normalized f
 
 read_model_config(folder) -> (normalized config dict, raw config.json dict)
 read_quant_config(raw)    -> (quant_method, linear_class or None, quantization_mode or None)
-read_text_meta(folder, config) -> the metadata keys the model layer needs (tokenizer_json, stop_ids, ...)
+read_text_meta(folder, config, raw) -> the metadata keys the model layer needs (tokenizer_json, stop_ids, ...)
 Every problem raises ConvertError with what is wrong and what to do.
 """
 import json
@@ -106,8 +106,9 @@ def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
     return method, lc, mode
 
 
-def read_text_meta(folder: str, config: dict) -> dict:
-    """tokenizer_json, tokenizer_config, generation_config, chat_template, stop_ids, bos_id, mask_id, diffusion."""
+def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
+    """config: the normalized config; raw: config.json as read (for bd_size).
+    Returns tokenizer_json, tokenizer_config, generation_config, chat_template, stop_ids, bos_id, mask_id, diffusion."""
     tok_path = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(tok_path):
         raise ConvertError(f"tokenizer.json is missing from {folder}. Download it with the checkpoint "
@@ -125,7 +126,9 @@ def read_text_meta(folder: str, config: dict) -> dict:
 
     stops = gc.get("eos_token_id", config.get("eos_token_id"))
     stop_ids = [int(s) for s in (stops if isinstance(stops, list) else [stops]) if s is not None]
-    bos = config.get("bos_token_id", gc.get("bos_token_id"))
+    bos = config.get("bos_token_id")
+    if bos is None:
+        bos = gc.get("bos_token_id")
 
     mask_id = (dlm or {}).get("mask_token_id")
     if mask_id is None:
@@ -138,7 +141,7 @@ def read_text_meta(folder: str, config: dict) -> dict:
             raise ConvertError(f"stop token id {sid} is outside the {V} embedding rows; fix eos_token_id in "
                                f"generation_config.json / config.json.")
 
-    block = (dlm or {}).get("bd_size") or (dlm or {}).get("block_size") or config.get("bd_size") or DEFAULT_BLOCK_SIZE
+    block = (dlm or {}).get("bd_size") or (dlm or {}).get("block_size") or (raw or {}).get("bd_size") or DEFAULT_BLOCK_SIZE
     return {
         "tokenizer_json": tok_text,
         "tokenizer_config": tc,

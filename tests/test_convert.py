@@ -181,6 +181,12 @@ def test_mask_token_and_dlm_config(make_ckpt, engine_path, tmp_path):
     assert meta2["diffusion"] == {"block_size": 16, "attention": "block", "trained": True}
 
 
+def test_block_size_from_config_bd_size(make_ckpt, engine_path):
+    folder, _ = make_ckpt(mask_token=True)
+    _edit_json(folder, "config.json", bd_size=8)
+    assert convert(folder, engine_path).meta["diffusion"]["block_size"] == 8
+
+
 def test_chat_template_fallback_files(make_ckpt, engine_path, tmp_path):
     folder, _ = make_ckpt(chat_template=None)
     assert convert(folder, engine_path).meta["chat_template"] is None

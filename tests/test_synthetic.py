@@ -1,0 +1,56 @@
+"""synthetic.py: a tiny random engine file that is internally consistent and loadable."""
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from bitnet_app import packing
+from bitnet_app.engine_file import EngineFile
+from bitnet_app.synthetic import SHAPES, random_bf16, random_ternary_tiles, write_synthetic_engine_file
+
+
+def test_tiny_file_is_consistent(tmp_path):
+    path = write_synthetic_engine_file(str(tmp_path / "tiny.bitnet"), shape="tiny", seed=1)
+    ef = EngineFile(path)
+    cfg, s = ef.config, SHAPES["tiny"]
+    D, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    q = cfg["num_attention_heads"] * cfg["head_dim"]
+    kv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    assert ef["embed"].shape == (V, D) and ef["embed"].dtype == np.uint16
+    for i in range(cfg["num_hidden_layers"]):
+        for name, n, k in (("qkv", q + 2 * kv, D), ("o", D, q), ("gate_up", 2 * I, D), ("down", D, I)):
+            codes = ef[f"layers.{i}.{name}.codes"]
+            assert codes.shape == (n // 16, k // 16, 64)
+            fields = np.stack([(codes >> (2 * j)) & 3 for j in range(4)])
+            assert fields.max() <= 2 and len(np.unique(fields)) == 3          # ternary, all three values used
+            sc = ef[f"layers.{i}.{name}.scale"]
+            assert sc.shape == (n,) and np.all((sc > 1.1) & (sc < 1.9))
+        assert ef[f"layers.{i}.ffn_sub_norm"].shape == (I,)
+    w8 = packing.unpack_int8_tiles(ef["head.i8"], V, D)                    # the int8 head quantizes the embedding
+    emb = packing.bf16_to_f32(ef["embed"])
+    assert np.all(np.abs(w8 * ef["head.scale"][:V, None] - emb) <= ef["head.scale"][:V, None] / 2 + 1e-6)
+    assert np.array_equal(ef["head.rowsum"][:V], w8.astype(np.int32).sum(1))
+    assert ef.meta["stop_ids"] == [s["eos"], s["eot"]] and ef.meta["bos_id"] == s["bos"]
+    tok = Tokenizer.from_str(ef.meta["tokenizer_json"])
+    ids = tok.encode("Hi é!<|eot_id|>").ids
+    assert ids[0] == s["bos"] and ids[-1] == s["eot"] and max(ids) < V
+    assert tok.decode(ids) == "Hi é!"
+
+
+def test_same_seed_same_file(tmp_path):
+    a = write_synthetic_engine_file(str(tmp_path / "a.bitnet"), shape="tiny", seed=5)
+    b = write_synthetic_engine_file(str(tmp_path / "b.bitnet"), shape="tiny", seed=5)
+    assert open(a, "rb").read() == open(b, "rb").read()
+
+
+def test_random_helpers():
+    rng = np.random.default_rng(0)
+    t = random_ternary_tiles(rng, 32, 64)
+    w = packing.unpack_ternary_tiles(t, 32, 64)
+    assert set(np.unique(w)) == {-1, 0, 1}
+    x = packing.bf16_to_f32(random_bf16(rng, 200, 300, std=0.5))
+    assert abs(x.std() - 0.5) < 0.02 and abs(x.mean()) < 0.02
+
+
+def test_unknown_shape():
+    with pytest.raises(ValueError, match="unknown synthetic shape"):
+        write_synthetic_engine_file("/nonexistent/x.bitnet", shape="7b")
