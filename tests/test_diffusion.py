@@ -1,0 +1,168 @@
+"""Block diffusion: the engine decoder against an independent slow reference, and its invariants."""
+import numpy as np
+import pytest
+
+from bitnet_app.convert import convert_checkpoint
+from bitnet_app.decode.ar import generate_ar
+from bitnet_app.decode.diffusion import generate_diffusion
+from bitnet_app.decode.events import Done, Step, Token
+from bitnet_app.engine import Engine
+from bitnet_app.engine_file import EngineFile
+from bitnet_app.sampling import Sampler
+from checkpoints import make_hf_checkpoint
+from diffusion_reference import reference_diffusion
+from numpy_reference import NumpyModel
+
+B, S = 16, 4
+
+
+@pytest.fixture(scope="module")
+def dlm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dlm")
+    truth = make_hf_checkpoint(d / "ck", mask_token=True, dlm_config={"mask_token_id": None, "bd_size": B}, seed=5)
+    convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"))
+    ef = EngineFile(str(d / "m.bitnet"))
+    return ef, NumpyModel(ef), Engine(ef, lm_head="exact", threads=2), truth["mask"]
+
+
+def run_engine(eng, prompt, mask, sampler=None, stop_ids=(), **kw):
+    sampler = sampler or Sampler(banned_ids=[mask])
+    events = list(generate_diffusion(eng, prompt, sampler=sampler, stop_ids=stop_ids, mask_id=mask, **kw))
+    assert isinstance(events[-1], Done) and sum(isinstance(e, Done) for e in events) == 1
+    return events
+
+
+def fills_of(events):
+    return [list(e.filled) for e in events if isinstance(e, Step)]
+
+
+def prompt_of(n, seed=0):
+    return [int(i) for i in np.random.default_rng(seed).integers(0, 200, n)]
+
+
+@pytest.mark.parametrize("attention", ["block", "causal"])
+@pytest.mark.parametrize("threshold", [0.05, 0.3, 0.9, 1.0])
+@pytest.mark.parametrize("prompt_len", [5, B, B + 5])  # shorter than, equal to, longer than a block
+def test_engine_decoder_equals_slow_reference(dlm, attention, threshold, prompt_len):
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(prompt_len, seed=prompt_len)
+    kw = dict(max_new_tokens=40, block_size=B, sub_block_size=S, threshold=threshold, attention=attention)
+    events = run_engine(eng, prompt, mask, **kw)
+    ids, fills, reason = reference_diffusion(ref, prompt, sampler=Sampler(banned_ids=[mask]), stop_ids=[],
+                                             mask_id=mask, **kw)
+    assert events[-1].ids == ids
+    assert fills_of(events) == fills
+    assert [e.id for e in events if isinstance(e, Token)] == ids  # text streams in order, once per id
+    assert events[-1].stop_reason == "length" == reason
+
+
+@pytest.mark.parametrize("attention", ["block", "causal"])
+def test_sampled_decoding_equals_reference(dlm, attention):
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(9, seed=3)
+    kw = dict(max_new_tokens=30, block_size=B, sub_block_size=S, threshold=0.2, attention=attention)
+    mk = lambda: Sampler(temperature=0.8, top_p=0.9, seed=11, banned_ids=[mask])  # noqa: E731
+    events = run_engine(eng, prompt, mask, sampler=mk(), **kw)
+    ids, fills, _ = reference_diffusion(ref, prompt, sampler=mk(), stop_ids=[], mask_id=mask, **kw)
+    assert events[-1].ids == ids and fills_of(events) == fills
+
+
+def test_stop_token_inside_a_block_ends_the_reply(dlm):
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(7, seed=4)
+    kw = dict(max_new_tokens=40, block_size=B, sub_block_size=S, threshold=0.05, attention="block")
+    free = run_engine(eng, prompt, mask, **kw)[-1].ids
+    stop = free[11]                                   # a token in the middle of the first generated block
+    first = free.index(stop)
+    events = run_engine(eng, prompt, mask, stop_ids=[stop], **kw)
+    assert events[-1].ids == free[:first] and events[-1].stop_reason == "stop"
+    ids, fills, reason = reference_diffusion(ref, prompt, sampler=Sampler(banned_ids=[mask]), stop_ids=[stop],
+                                             mask_id=mask, **kw)
+    assert (events[-1].ids, fills_of(events), reason) == (ids, fills, "stop")
+
+
+def test_threshold_one_fills_exactly_one_slot_per_forward(dlm):
+    ef, ref, eng, mask = dlm
+    for attention in ("block", "causal"):
+        events = run_engine(eng, prompt_of(6), mask, max_new_tokens=33, block_size=B, sub_block_size=S,
+                            threshold=1.0, attention=attention)
+        assert all(len(e.filled) == 1 for e in events if isinstance(e, Step))
+
+
+def test_causal_leftmost_floor_equals_greedy_ar(dlm):
+    """With causal attention and nothing above the threshold, diffusion is exactly greedy AR."""
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(10, seed=8)
+    events = run_engine(eng, prompt, mask, max_new_tokens=37, block_size=B, sub_block_size=S, threshold=1.0,
+                        attention="causal")
+    ar = list(generate_ar(eng, prompt, sampler=Sampler(banned_ids=[mask]), max_new_tokens=37))
+    assert events[-1].ids == ar[-1].ids
+    assert all(e.filled[0] == min(j for j, t in enumerate(e.block) if t == mask or j in e.filled)
+               for e in events if isinstance(e, Step))
+
+
+def test_dual_cache_is_exact_for_causal_attention(dlm):
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(12, seed=9)
+    kw = dict(max_new_tokens=40, block_size=B, sub_block_size=S, threshold=0.2, attention="causal")
+    plain = run_engine(eng, prompt, mask, **kw)
+    dual = run_engine(eng, prompt, mask, dual_cache=True, **kw)
+    assert dual[-1].ids == plain[-1].ids and fills_of(dual) == fills_of(plain)
+
+
+def test_dual_cache_block_attention_runs_and_fills_every_slot(dlm):
+    """For block attention DualCache is an approximation (later slots keep K/V from the sub-block's
+    first step): it must still produce a full, mask-free reply."""
+    ef, ref, eng, mask = dlm
+    events = run_engine(eng, prompt_of(12, seed=9), mask, max_new_tokens=40, block_size=B, sub_block_size=S,
+                        threshold=0.2, attention="block", dual_cache=True)
+    assert len(events[-1].ids) == 40 and mask not in events[-1].ids
+
+
+@pytest.mark.parametrize("attention", ["block", "causal"])
+def test_cache_after_a_finished_block_equals_fresh_prefill(dlm, attention):
+    """No K/V computed from MASK inputs stays in the cache once a block is committed."""
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(B, seed=12)
+    kv_ids = []
+    gen = generate_diffusion(eng, prompt, sampler=Sampler(banned_ids=[mask]), max_new_tokens=3 * B, kv_ids=kv_ids,
+                             block_size=B, sub_block_size=S, threshold=0.3, attention=attention, mask_id=mask)
+    for ev in gen:
+        if isinstance(ev, Step) and ev.block_start == 2 * B:  # prompt block and first reply block committed
+            break
+    assert eng.n_past == 2 * B and len(kv_ids) == 2 * B
+    probe = prompt_of(B, seed=13)
+    kw = dict(start=2 * B, commit=False, attention=attention, block_size=B, rows=range(B))
+    cached = eng.forward(probe, **kw)
+    committed = list(kv_ids)
+    gen.close()
+    assert kv_ids == [] and eng.n_past == 0  # closing resets: the next turn never reuses diffusion K/V
+    fresh = Engine(ef, lm_head="exact", threads=2)
+    fresh.forward(committed, attention=attention, block_size=B)
+    np.testing.assert_allclose(fresh.forward(probe, **kw), cached, rtol=0, atol=1e-5 * np.abs(cached).max())
+
+
+def test_bad_knobs_give_clear_errors(dlm):
+    ef, ref, eng, mask = dlm
+    base = dict(max_new_tokens=4, block_size=B, sub_block_size=S, threshold=0.9, attention="block")
+    cases = [(dict(sub_block_size=5), "must divide"), (dict(threshold=0.0), r"\(0, 1\]"),
+             (dict(threshold=1.5), r"\(0, 1\]"), (dict(attention="full"), "block' or 'causal"),
+             (dict(block_size=0), "positive")]
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            run_engine(eng, prompt_of(4), mask, **{**base, **change})
+    for bad_mask in (-1, ef.config["vocab_size"], None):
+        with pytest.raises(ValueError, match="mask_id"):
+            list(generate_diffusion(eng, prompt_of(4), sampler=Sampler(), mask_id=bad_mask, **base))
+
+
+def test_mask_is_never_predicted_and_stats_are_complete(dlm):
+    ef, ref, eng, mask = dlm
+    events = run_engine(eng, prompt_of(3), mask, max_new_tokens=20, block_size=B, sub_block_size=S, threshold=0.5,
+                        attention="block")
+    done = events[-1]
+    assert mask not in done.ids
+    for key in ("tokens", "forwards", "tokens_per_forward", "tok_s", "ttft_s", "steps"):
+        assert key in done.stats
+    assert done.stats["tokens"] == 20 and done.stats["forwards"] == sum(isinstance(e, Step) for e in events) + \
+        (done.stats["forwards"] - done.stats["steps"])
