@@ -81,6 +81,9 @@ def write_engine_file(path: str, meta: dict, tensors: dict[str, np.ndarray]) -> 
             f.truncate(max(end, data_start))
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a cache file should follow the umask
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
