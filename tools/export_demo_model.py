@@ -1,0 +1,106 @@
+"""Export the trained demo BitNet into the Hugging Face layout of microsoft/bitnet-b1.58-2B-4T.
+
+Files written to OUT (called by tools/train_demo_model.py; ``--export-only`` re-exports a checkpoint):
+* model.safetensors: ``model.embed_tokens.weight`` bf16 [V, d] (tied head, no lm_head tensor),
+  norms bf16, every projection as packed U8 [out/4, in] (transformers' ``pack_weights``: 4 ternary
+  rows per byte, blocked layout, code = w + 1) plus ``<proj>.weight_scale`` bf16 [1] = mean|W|,
+  so W_eff = W_tern * weight_scale (linear_class autobitlinear, offline).
+* config.json (BitNetForCausalLM keys), generation_config.json, tokenizer.json, tokenizer_config.json
+  (with the chat template), dlm_config.json (mask id, block size "bd_size", attention "block").
+The bf16 rounding of scales, norms and embeddings changes the model slightly: evaluate the export
+(tools/eval_demo_model.py), not the fp32 training weights.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+import demo_data as D
+
+
+def quantized_tensors(model) -> dict[str, torch.Tensor]:
+    """fp32 training state -> {HF name: tensor} (packed U8 + bf16 scales, bf16 everything else)."""
+    from transformers.integrations.bitnet import pack_weights
+
+    out = {}
+    for name, w in model.state_dict().items():
+        key = "model." + name
+        w = w.detach().float()
+        if name.endswith("proj.weight"):
+            scale = 1.0 / w.abs().mean().clamp(min=1e-5)  # same as the training quantizer
+            tern = (w * scale).round().clamp(-1, 1).to(torch.int8)  # (out, in) in {-1, 0, 1}
+            assert w.shape[0] % 4 == 0, name
+            out[key] = pack_weights(tern.clone()).contiguous()  # (out/4, in) uint8
+            out[key[: -len("weight")] + "weight_scale"] = (1.0 / scale).reshape(1).to(torch.bfloat16)
+        else:
+            out[key] = w.to(torch.bfloat16).contiguous()
+    return out
+
+
+def hf_config(cfg) -> dict:
+    return {
+        "architectures": ["BitNetForCausalLM"],
+        "model_type": "bitnet",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "hidden_act": "relu2",
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "bos_token_id": D.BOS,
+        "eos_token_id": D.EOT_TEXT,
+        "pad_token_id": D.EOT_TEXT,
+        "use_cache": True,
+        "torch_dtype": "bfloat16",
+        "quantization_config": {"quant_method": "bitnet", "linear_class": "autobitlinear",
+                                "quantization_mode": "offline"},
+    }
+
+
+def dlm_config(cfg) -> dict:
+    return {
+        "mask_token_id": D.MASK,
+        "bd_size": cfg.block_size,
+        "attention": "block",
+        "sub_block_size": 8,
+        "threshold": 0.9,
+        "notes": "Fast-dLLM v2 block diffusion, blocks aligned to absolute positions 0, bd_size, ... "
+                 "counted from BOS. Slot 0 of every block was never masked in training: the decoder takes "
+                 "it from the prompt tail or from the argmax of the previous block's commit forward.",
+    }
+
+
+def write_json(path: str, obj: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def export(model, tok, cfg, a, hist, elapsed) -> None:
+    from safetensors.torch import save_file
+
+    out = a.out
+    os.makedirs(out, exist_ok=True)
+    save_file(quantized_tensors(model), os.path.join(out, "model.safetensors.tmp"), metadata={"format": "pt"})
+    os.replace(os.path.join(out, "model.safetensors.tmp"), os.path.join(out, "model.safetensors"))
+    write_json(os.path.join(out, "config.json"), hf_config(cfg))
+    write_json(os.path.join(out, "generation_config.json"), {
+        "bos_token_id": D.BOS, "eos_token_id": [D.EOT_TEXT, D.EOT_ID], "pad_token_id": D.EOT_TEXT,
+        "do_sample": True, "temperature": 0.7, "top_p": 0.9, "max_length": cfg.max_position_embeddings})
+    write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg))
+    tok.save(os.path.join(out, "tokenizer.json"))
+    write_json(os.path.join(out, "tokenizer_config.json"), D.tokenizer_config(cfg.max_position_embeddings))
+    write_json(os.path.join(a.work, "train_metrics.json"),
+               {"hist": hist, "elapsed_s": round(elapsed), "args": vars(a), "config": cfg.to_dict()})
+    print(f"exported to {out}", flush=True)
