@@ -15,6 +15,7 @@
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,11 @@ static void quantize_row(const float *x, int n, int np, int8_t *q, int32_t *qsum
 
 /* ---------------------------------------------------------------- parallel jobs */
 
+/* Work is shared out in chunks taken from an atomic counter rather than fixed halves, so that a
+ * thread the OS descheduled (a busy desktop, the Streamlit server) delays the forward by at most
+ * one chunk. Chunks are contiguous runs of rows, so each thread still streams memory in order. */
+#define CHUNKS_PER_THREAD 8
+
 typedef struct {
     bn_engine *e;
     int kind; /* 0 ternary, 1 int8 head, 2 bf16 head */
@@ -95,13 +101,32 @@ typedef struct {
     const float *xf;
     float *y;
     int ldy;
+    int chunk;
+    atomic_int next;
 } matmul_job;
 
+static void matmul_chunk(const matmul_job *j, int u0, int u1);
+
 static void matmul_worker(void *arg, int t, int n) {
-    const matmul_job *j = arg;
+    (void)t; (void)n;
+    matmul_job *j = arg;
+    for (;;) {
+        const int u0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (u0 >= j->n_units) return;
+        matmul_chunk(j, u0, u0 + j->chunk < j->n_units ? u0 + j->chunk : j->n_units);
+    }
+}
+
+static void run_matmul(bn_engine *e, matmul_job *j) {
+    const int n = bn_pool_size(e->pool);
+    j->chunk = j->n_units / (n * CHUNKS_PER_THREAD);
+    if (j->chunk < 1) j->chunk = 1;
+    atomic_init(&j->next, 0);
+    bn_pool_run(e->pool, matmul_worker, j);
+}
+
+static void matmul_chunk(const matmul_job *j, int u0, int u1) {
     const bn_engine *e = j->e;
-    const int u0 = (int)((long)j->n_units * t / n), u1 = (int)((long)j->n_units * (t + 1) / n);
-    if (u0 >= u1) return;
     if (j->kind == 0) {
         e->k->ternary_matmul(j->w->codes, ROUND16(j->w->k), j->w->scale, e->xq, e->xsum, e->xinv, j->T, u0 * 16,
                              u1 * 16, j->y, j->ldy);
@@ -116,56 +141,81 @@ static void matmul_worker(void *arg, int t, int n) {
 /* y (T, Np) = W @ quant8 rows already in e->xq */
 static void ternary(bn_engine *e, const bn_ternary *w, int T, float *y, int ldy) {
     matmul_job j = {e, 0, w, T, ROUND16(w->n) / 16, NULL, y, ldy};
-    bn_pool_run(e->pool, matmul_worker, &j);
+    run_matmul(e, &j);
 }
 
-/* Norm each of T rows of x (stride ldx) into e->xn, then quantize them into e->xq (stride kp). */
-static void norm_quant(bn_engine *e, const float *x, int ldx, const float *w, int n, int kp, int T) {
-    for (int t = 0; t < T; t++) {
-        float *xn = e->xn + (size_t)t * n;
-        rmsnorm(xn, x + (size_t)t * ldx, w, n, e->m.eps);
-        quantize_row(xn, n, kp, e->xq + (size_t)t * kp, &e->xsum[t], &e->xinv[t]);
+/* Norm each of T rows of x (stride ldx) into e->xn, then quantize them into e->xq (stride kp).
+ * Batches are split across the threads by token; a single token stays on the calling thread. */
+typedef struct {
+    bn_engine *e;
+    const float *x, *w;
+    int ldx, n, kp, T;
+} norm_job;
+
+static void norm_rows(const norm_job *j, int t0, int t1) {
+    bn_engine *e = j->e;
+    for (int t = t0; t < t1; t++) {
+        float *xn = e->xn + (size_t)t * j->n;
+        rmsnorm(xn, j->x + (size_t)t * j->ldx, j->w, j->n, e->m.eps);
+        quantize_row(xn, j->n, j->kp, e->xq + (size_t)t * j->kp, &e->xsum[t], &e->xinv[t]);
     }
+}
+
+static void norm_worker(void *arg, int t, int n) {
+    const norm_job *j = arg;
+    norm_rows(j, (int)((long)j->T * t / n), (int)((long)j->T * (t + 1) / n));
+}
+
+static void norm_quant(bn_engine *e, const float *x, int ldx, const float *w, int n, int kp, int T) {
+    norm_job j = {e, x, w, ldx, n, kp, T};
+    if (T < 4) norm_rows(&j, 0, T);
+    else bn_pool_run(e->pool, norm_worker, &j);
 }
 
 typedef struct {
     bn_engine *e;
     int layer, T, start, kv_end, block;
+    atomic_int next; /* next (token, kv head) pair to take */
 } attn_job;
 
-/* One query row per (token, head); each thread takes a contiguous share of the T*H pairs. */
+/* One (token, kv head) pair at a time: the `group` query heads that share a K/V head are done together,
+ * so each cached K and V row is read once per group (GQA), not once per query head. */
 static void attention_worker(void *arg, int th, int nth) {
-    const attn_job *j = arg;
+    (void)nth;
+    attn_job *j = arg;
     bn_engine *e = j->e;
     const bn_model *m = &e->m;
     const int hd = m->head_dim, kvd = m->n_kv_heads * hd, group = m->n_heads / m->n_kv_heads;
-    const int qkv_ld = e->qkv_np;
     const float scale = 1.0f / sqrtf((float)hd);
     const float *kc = e->k_cache + (size_t)j->layer * e->ctx * kvd;
     const float *vc = e->v_cache + (size_t)j->layer * e->ctx * kvd;
-    float *sc = e->scores + (size_t)th * e->ctx;
-    const int pairs = j->T * m->n_heads;
-    const int p0 = (int)((long)pairs * th / nth), p1 = (int)((long)pairs * (th + 1) / nth);
-    for (int p = p0; p < p1; p++) {
-        const int t = p / m->n_heads, h = p % m->n_heads, g = h / group;
+    float *sc = e->scores + (size_t)th * group * e->ctx; /* (group, ctx) scores of this thread */
+    const int pairs = j->T * m->n_kv_heads;
+    for (;;) {
+        const int p = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (p >= pairs) break;
+        const int t = p / m->n_kv_heads, g = p % m->n_kv_heads;
         const int pos = j->start + t;
         /* visible keys are a prefix [0, end): causal up to pos, block up to the end of pos's block */
         int end = j->block > 0 ? (pos / j->block + 1) * j->block : pos + 1;
         if (end > j->kv_end) end = j->kv_end;
-        const float *q = e->qkv + (size_t)t * qkv_ld + h * hd;
-        float mx = -INFINITY;
+        const float *q = e->qkv + (size_t)t * e->qkv_np + (size_t)g * group * hd; /* group heads, contiguous */
+        float *out = e->att + (size_t)t * m->dim + (size_t)g * group * hd;
         for (int s = 0; s < end; s++) {
-            sc[s] = e->k->dot(q, kc + (size_t)s * kvd + g * hd, hd) * scale;
-            if (sc[s] > mx) mx = sc[s];
+            const float *kr = kc + (size_t)s * kvd + g * hd;
+            for (int h = 0; h < group; h++) sc[(size_t)h * end + s] = e->k->dot(q + h * hd, kr, hd) * scale;
         }
-        float sum = 0.0f;
+        for (int h = 0; h < group; h++) { /* softmax per head, in place */
+            float *row = sc + (size_t)h * end, mx = -INFINITY, sum = 0.0f;
+            for (int s = 0; s < end; s++) mx = row[s] > mx ? row[s] : mx;
+            for (int s = 0; s < end; s++) { row[s] = expf(row[s] - mx); sum += row[s]; }
+            for (int s = 0; s < end; s++) row[s] /= sum; /* divide, as softmax does */
+        }
+        memset(out, 0, sizeof(float) * (size_t)group * hd);
         for (int s = 0; s < end; s++) {
-            sc[s] = expf(sc[s] - mx);
-            sum += sc[s];
+            const float *vr = vc + (size_t)s * kvd + g * hd;
+            for (int h = 0; h < group; h++) e->k->axpy(sc[(size_t)h * end + s], vr, out + h * hd, hd);
         }
-        float *out = e->att + (size_t)t * m->dim + h * hd;
-        memset(out, 0, sizeof(float) * (size_t)hd);
-        for (int s = 0; s < end; s++) e->k->axpy(sc[s] / sum, vc + (size_t)s * kvd + g * hd, out, hd);
     }
 }
 
@@ -237,7 +287,8 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, co
     e->rope_cos = malloc(sizeof(float) * (size_t)ctx * half);
     e->rope_sin = malloc(sizeof(float) * (size_t)ctx * half);
     e->pool = bn_pool_create(n_threads);
-    e->scores = malloc(sizeof(float) * (size_t)ctx * (e->pool ? bn_pool_size(e->pool) : 1));
+    e->scores = malloc(sizeof(float) * (size_t)ctx * (m->n_heads / m->n_kv_heads) *
+                       (e->pool ? bn_pool_size(e->pool) : 1));
     if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->pool || !e->scores) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
@@ -297,7 +348,7 @@ static void layer_forward(bn_engine *e, int l, int T, int start, int kv_end, int
         memcpy(e->k_cache + at, row + D, sizeof(float) * (size_t)kvd);
         memcpy(e->v_cache + at, row + D + kvd, sizeof(float) * (size_t)kvd);
     }
-    attn_job aj = {e, l, T, start, kv_end, block};
+    attn_job aj = {e, l, T, start, kv_end, block, 0};
     bn_pool_run(e->pool, attention_worker, &aj);
     norm_quant(e, e->att, D, ly->attn_sub_norm, D, e->dp, T);
     ternary(e, &ly->o, T, e->proj, e->dp);
@@ -357,11 +408,11 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
     if (e->exact_head) {
         for (int r = 0; r < n_rows; r++) rmsnorm(e->xn + (size_t)r * D, e->att + (size_t)r * D, m->norm, D, m->eps);
         matmul_job j = {e, 2, NULL, n_rows, m->vocab, e->xn, e->logit_buf, e->vp};
-        bn_pool_run(e->pool, matmul_worker, &j);
+        run_matmul(e, &j);
     } else {
         norm_quant(e, e->att, D, m->norm, D, e->dp, n_rows);
         matmul_job j = {e, 1, NULL, n_rows, e->vp / 16, NULL, e->logit_buf, e->vp};
-        bn_pool_run(e->pool, matmul_worker, &j);
+        run_matmul(e, &j);
     }
     for (int r = 0; r < n_rows; r++)
         memcpy(logits + (size_t)r * m->vocab, e->logit_buf + (size_t)r * e->vp, sizeof(float) * (size_t)m->vocab);

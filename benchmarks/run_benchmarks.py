@@ -1,0 +1,168 @@
+"""The benchmark protocol of shared/reference/performance.md, in one run:
+
+1. the machine (CPU model, flags) and its two ceilings, measured now with shared/tools/stream.c
+   (weight stream GB/s at batch 1, VNNI GMAC/s at batch 32, both with 2 threads) and vnni.c;
+2. `bitnet_app.bench.run_bench` on the 2B-4T shape (random weights) for every kernel path the CPU has:
+   tg128, pp128, single forwards of 1/4/8/16/32 tokens, as fractions of the ceilings;
+3. beside the speed, the agreement at that setting: int8 head vs exact head (top-1 agreement and
+   relative logit error over 64 positions) and every path against the AVX512 path;
+4. memory: resident set after load + tg128, and the time to open a converted file.
+
+    python benchmarks/run_benchmarks.py [--shared ../shared] [--repeats 5] [--out benchmarks/results]
+
+Writes <out>/<date>-<commit>.json and prints the markdown rows for BENCHMARKS.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+MACS_PER_TOKEN_2B4T = 2.084e9  # ternary weights of the 30 layers (performance.md)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def machine() -> dict:
+    info = sh(["lscpu"])
+    model = re.search(r"Model name:\s*(.+)", info).group(1).strip()
+    flags = re.search(r"Flags:\s*(.+)", info).group(1).split()
+    return {"cpu": model, "cpus": os.cpu_count(),
+            "flags": [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx_vnni") if f in flags]}
+
+
+def ceilings(shared: str) -> dict:
+    """Build and run shared/tools/stream.c and vnni.c; parse their figures."""
+    tools = os.path.join(shared, "tools")
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        sh(["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(tools, "stream.c"), "-o", f"{tmp}/stream"])
+        sh(["gcc", "-O2", "-march=native", os.path.join(tools, "vnni.c"), "-o", f"{tmp}/vnni"])
+        text = sh([f"{tmp}/stream"])
+        for th, b, gbs, gmacs in re.findall(r"threads=(\d) B=\s*(\d+):.*?stream ([\d.]+) GB/s, ([\d.]+) GMAC/s", text):
+            out[f"t{th}_b{b}"] = {"gb_s": float(gbs), "gmac_s": float(gmacs)}
+        out["vnni_core_gmac_s"] = float(re.search(r"= ([\d.]+) GMAC/s", sh([f"{tmp}/vnni"])).group(1))
+    out["stream_gb_s"] = out["t2_b1"]["gb_s"]
+    out["batch_gmac_s"] = max(v["gmac_s"] for k, v in out.items() if k.startswith("t2_b"))
+    return out
+
+
+def bench_path(path: str, isa: str, repeats: int, lm_head: str = "int8") -> dict:
+    """run_bench in a child process (a clean address space, so its peak RSS is this path's own)."""
+    code = (
+        "import json, resource, sys, time\n"
+        "from bitnet_app.bench import run_bench\n"
+        "from bitnet_app.engine_file import EngineFile\n"
+        "from bitnet_app.engine import Engine\n"
+        f"t = time.perf_counter(); ef = EngineFile({path!r}); e = Engine(ef, isa={isa!r}, threads=2); "
+        "e.forward([1]); load_s = time.perf_counter() - t; del e\n"
+        f"r = run_bench({path!r}, threads=2, isa={isa!r}, repeats={repeats}, lm_head={lm_head!r})\n"
+        "r['load_and_first_token_s'] = load_s\n"
+        "r['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "print(json.dumps(r))\n")
+    return json.loads(sh([sys.executable, "-c", code]).strip().splitlines()[-1])
+
+
+def agreement(path: str, isas: list[str]) -> dict:
+    """Logit agreement at the benchmarked settings, on 64 positions of random ids."""
+    from bitnet_app.engine import Engine
+    from bitnet_app.engine_file import EngineFile
+
+    ef = EngineFile(path)
+    ids = np.random.default_rng(1).integers(0, ef.config["vocab_size"], 64)
+    res = {}
+    exact = Engine(ef, lm_head="exact", isa="avx512", threads=2).forward(ids, rows=range(64))
+    int8 = Engine(ef, lm_head="int8", isa="avx512", threads=2).forward(ids, rows=range(64))
+    res["int8_vs_exact_top1"] = float(np.mean(exact.argmax(1) == int8.argmax(1)))
+    res["int8_vs_exact_rel_err"] = float(np.abs(int8 - exact).max() / np.abs(exact).max())
+    for isa in isas:
+        if isa == "avx512":
+            continue
+        other = Engine(ef, lm_head="exact", isa=isa, threads=2).forward(ids, rows=range(64))
+        res[f"{isa}_vs_avx512_rel_err"] = float(np.abs(other - exact).max() / np.abs(exact).max())
+        res[f"{isa}_vs_avx512_top1"] = float(np.mean(other.argmax(1) == exact.argmax(1)))
+    return res
+
+
+def rows(result: dict) -> str:
+    c = result["ceilings"]
+    lines = [f"Machine: {result['machine']['cpu']}, {result['machine']['cpus']} CPUs, flags "
+             f"{' '.join(result['machine']['flags'])}; commit {result['commit']}, {result['date']}.",
+             f"Ceilings measured in the same run (shared/tools): weight stream {c['stream_gb_s']:.1f} GB/s "
+             f"(2 threads, batch 1); batched VNNI {c['batch_gmac_s']:.0f} GMAC/s (2 threads); "
+             f"vpdpbusd peak {c['vnni_core_gmac_s']:.0f} GMAC/s per core.", "",
+             "| path | tg128 tok/s | % of stream ceiling | pp128 tok/s | 1 / 8 / 32 tok forward ms | 8x, 32x of 1 | "
+             "32-token GMAC/s (% of ceiling) | peak RSS MB | open+first token s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for isa, r in result["paths"].items():
+        bm = {int(k): v for k, v in r["block_ms"].items()}
+        gmac32 = 32 * MACS_PER_TOKEN_2B4T / (bm[32] / 1e3) / 1e9
+        lines.append(
+            f"| {r['isa']} | {r['decode_tok_s']:.2f} [{r['decode_tok_s_spread'][0]:.2f}-{r['decode_tok_s_spread'][1]:.2f}]"
+            f" | {100 * r['weight_gb_s'] / c['stream_gb_s']:.0f}% ({r['weight_gb_s']:.1f} GB/s)"
+            f" | {r['prefill_tok_s']:.1f} | {bm[1]:.1f} / {bm[8]:.1f} / {bm[32]:.1f}"
+            f" | {bm[8] / bm[1]:.2f}x, {bm[32] / bm[1]:.2f}x | {gmac32:.0f} ({100 * gmac32 / c['batch_gmac_s']:.0f}%)"
+            f" | {r['peak_rss_mb']:.0f} | {r['load_and_first_token_s']:.2f} |")
+    a = result["agreement"]
+    lines += ["", "Agreement at these settings (64 positions, random ids): int8 head vs exact head top-1 "
+              f"{100 * a['int8_vs_exact_top1']:.1f}%, max logit error {100 * a['int8_vs_exact_rel_err']:.2f}% of the "
+              "largest logit; " + "; ".join(f"{k.split('_vs')[0]} vs avx512 max error "
+                                           f"{100 * a[k]:.5f}%" for k in a if k.endswith("_rel_err") and "vs_avx512" in k)]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--portable-repeats", type=int, default=1, help="the portable path is slow")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = ap.parse_args()
+
+    from bitnet_app import _engine
+    from bitnet_app.bench import synthetic_file
+
+    isas = [i for i in ("avx512", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
+    path = synthetic_file("2b4t")
+    commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO).strip()
+    result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,
+              "machine": machine()}
+    t = time.time()
+    result["ceilings_before"] = ceilings(args.shared)
+    result["paths"] = {}
+    for isa in isas:
+        reps = args.portable_repeats if isa == "portable" else args.repeats
+        result["paths"][isa] = bench_path(path, isa, reps)
+        print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
+    result["ceilings"] = ceilings(args.shared)  # again after: the machine is shared, report both
+    result["agreement"] = agreement(path, isas)
+    result["seconds"] = time.time() - t
+    os.makedirs(args.out, exist_ok=True)
+    out = os.path.join(args.out, f"{result['date'][:10]}-{commit}.json")
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(rows(result))
+    print(f"\n(ceilings before the run: stream {result['ceilings_before']['stream_gb_s']:.1f} GB/s, batch "
+          f"{result['ceilings_before']['batch_gmac_s']:.0f} GMAC/s; raw results: {os.path.relpath(out, REPO)})")
+
+
+def _try(f):
+    try:
+        f()
+        return True
+    except ValueError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
