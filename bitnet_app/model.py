@@ -77,6 +77,20 @@ class Model:
         mid = self.meta.get("mask_id")
         return None if mid is None else int(mid)
 
+    def spare_mask_id(self) -> int | None:
+        """A stand-in mask for diffusion on a checkpoint without one (it then runs causal, with the
+        leftmost-slot floor): the first reserved special token (Llama-3: 128002), else an embedding row
+        beyond the tokenizer's ids, else the highest id that is not BOS or a stop id."""
+        used = {self.bos_id, *self.stop_ids}
+        specials = self.tokenizer.special_tokens()
+        reserved = sorted(i for i, c in specials.items() if "reserved" in c and i < self.vocab_size and i not in used)
+        if reserved:
+            return reserved[0]
+        if self.vocab_size > self.tokenizer.vocab_size:
+            return self.vocab_size - 1
+        free = [i for i in range(self.vocab_size - 1, -1, -1) if i not in used and i not in specials]
+        return free[0] if free else None
+
     @property
     def trained_for_diffusion(self) -> bool:
         return bool((self.meta.get("diffusion") or {}).get("trained", False))
@@ -88,7 +102,7 @@ class Model:
                 "sub_block_size": DEFAULT_SUB_BLOCK_SIZE,
                 "threshold": DEFAULT_THRESHOLD,
                 "attention": d.get("attention") or "causal",
-                "mask_id": self.mask_id}
+                "mask_id": self.mask_id if self.mask_id is not None else self.spare_mask_id()}
 
     @property
     def generation_defaults(self) -> dict:
@@ -172,7 +186,9 @@ class Model:
         max_new = p.pop("max_new_tokens", None)
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         mask_id = p.pop("mask_id", None)
-        mask_id = self.mask_id if mask_id is None else int(mask_id)
+        if mask_id is None:  # AR bans only a real mask token; diffusion needs one, possibly a stand-in
+            mask_id = self.diffusion_defaults["mask_id"] if mode == "diffusion" else self.mask_id
+        mask_id = None if mask_id is None else int(mask_id)
         if mask_id is not None and not 0 <= mask_id < self.vocab_size:
             raise ValueError(f"mask_id {mask_id} is out of range for this model (vocabulary {self.vocab_size})")
         sampler = Sampler(temperature=float(p.pop("temperature", 0.0) or 0.0),

@@ -74,6 +74,10 @@ class Tokenizer:
         """Id of one token string (e.g. "<|eot_id|>"), or None if the vocabulary lacks it."""
         return self._tok.token_to_id(token)
 
+    def special_tokens(self) -> dict[int, str]:
+        """{id: content} of the added special tokens (<|begin_of_text|>, reserved ones, ...)."""
+        return {int(i): t.content for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(int(token_id))
 

@@ -241,3 +241,20 @@ def test_cli_bench_synthetic_tiny_json(tmp_path):
     ef = EngineFile(rep["model"])
     tiles = sum(t.nbytes for n, t in ef.tensors.items() if n.endswith(".codes"))
     assert rep["bytes_per_token"] == tiles + ef.tensors["head.i8"].nbytes
+
+
+def test_diffusion_mode_dispatches_with_a_stand_in_mask_on_an_untrained_checkpoint(model):
+    d = model.diffusion_defaults
+    assert model.mask_id is None and d["attention"] == "causal"
+    spare = d["mask_id"]
+    assert spare is not None and 0 <= spare < model.vocab_size
+    assert spare != model.bos_id and spare not in model.stop_ids
+    ids = prompt(model)
+    ar = model.complete(ids, max_new_tokens=12)
+    assert spare not in ar  # otherwise banning it would (rightly) change the greedy text below
+    # causal attention + threshold 1.0: one slot per forward, the leftmost, i.e. exactly greedy AR
+    events = list(model.generate(ids, mode="diffusion", max_new_tokens=12, threshold=1.0))
+    assert events[-1].ids == ar
+    assert {"tokens", "forwards", "tokens_per_forward", "tok_s", "ttft_s"} <= set(events[-1].stats)
+    with pytest.raises(ValueError, match="mode"):
+        model.generate(ids, mode="beam")
