@@ -7,7 +7,7 @@ st.set_page_config(page_title="BitNet chat", page_icon=":material/bolt:", layout
                    initial_sidebar_state="expanded")
 style.inject()
 state.init()
-busy = bool(st.session_state.generating)
+busy = state.busy()
 
 source = sidebar.model_picker(busy)
 if source is None:

@@ -33,6 +33,7 @@ NEEDED_FILES = {
     "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "dlm_config.json",
     "model.safetensors.index.json",
 }
+PROGRESS_CHUNK = 1 << 20  # huggingface_hub reads 10 MB per chunk: too coarse for a live byte counter
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _OFFLINE_HINT = ("Choose \"Demo model (bundled, offline)\" in the model picker, point it at a checkpoint folder "
                  "on this computer, or connect to the internet and retry.")
@@ -272,8 +273,11 @@ def _list_files(repo_id: str, revision: str | None, token) -> tuple[str, dict[st
 def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir: str | None = None,
                         progress: Callable[[DownloadProgress], None] | None = None, token=None) -> str:
     """Fetch the files a BitNet checkpoint needs; returns the local snapshot folder."""
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
 
+    # http_get reads constants.DOWNLOAD_CHUNK_SIZE on every call: smaller chunks give a smooth byte
+    # counter and a finer resume point after a dropped connection.
+    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, PROGRESS_CHUNK)
     if not is_repo_id(repo_id):
         raise HubError("not_found", f"{repo_id!r} is neither a Hub repository id (owner/name) nor an existing "
                                     "folder on this computer.")

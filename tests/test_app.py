@@ -92,9 +92,9 @@ def _all_markdown(at) -> str:
 def test_first_run_downloads_converts_then_chats(env, fake_hub, caches):
     fake_hub.requests.clear()
     at = _app()
-    labels = [s.label for s in at.status]
-    assert f"Downloaded {REPO}" in labels and any(label.startswith("Converted in") for label in labels)
     assert [r for r in fake_hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
+    assert any("downloaded and converted for this CPU" in t.value for t in at.toast)
+    assert os.listdir(os.path.join(caches["engines"], "converted"))  # the engine file is cached
     assert at.sidebar.selectbox(key="model_choice").value == REPO
     msg = _chat(at, "Hello there")
     assert msg["done"] and not msg["stopped"] and msg["content"] and msg["mode"] == "ar"
@@ -110,7 +110,7 @@ def test_second_start_goes_straight_to_chat_without_the_network(env, fake_hub, c
     st.cache_resource.clear()
     fake_hub.requests.clear()
     at = _app()
-    assert not at.status  # no download, no conversion
+    assert not at.toast  # no download, no conversion
     assert fake_hub.requests == []
     assert at.chat_input(key="chat_prompt")
 

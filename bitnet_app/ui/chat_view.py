@@ -12,10 +12,8 @@ EXAMPLES = ["Explain in two sentences what a 1.58-bit model is.",
 
 
 def _ask(text: str) -> None:
-    if text and text.strip() and not st.session_state.generating:
+    if text and text.strip() and state.begin({"kind": "chat"}):
         st.session_state.messages.append({"role": "user", "content": text.strip()})
-        st.session_state.job = {"kind": "chat"}
-        st.session_state.generating = True
 
 
 def _submit() -> None:
@@ -27,8 +25,7 @@ def _regenerate() -> None:
     while msgs and msgs[-1]["role"] == "assistant":
         msgs.pop()
     if msgs:
-        st.session_state.job = {"kind": "chat"}
-        st.session_state.generating = True
+        state.begin({"kind": "chat"})
 
 
 @st.fragment
@@ -57,11 +54,13 @@ def _replay(index: int, msg: dict) -> None:
 
 def _history(busy: bool) -> None:
     msgs = st.session_state.messages
+    slot = st.empty()  # always drawn, so a streaming run replaces the examples instead of leaving them stale
     if not msgs and not busy:
-        st.markdown("#### What would you like to ask?")
-        cols = st.columns(len(EXAMPLES))
-        for col, text in zip(cols, EXAMPLES):
-            col.button(text, on_click=_ask, args=(text,), width="stretch", key=f"example_{text[:12]}")
+        with slot.container():
+            st.markdown("#### What would you like to ask?")
+            cols = st.columns(len(EXAMPLES))
+            for col, text in zip(cols, EXAMPLES):
+                col.button(text, on_click=_ask, args=(text,), width="stretch", key=f"example_{text[:12]}")
     for i, m in enumerate(msgs):
         with st.chat_message(m["role"]):
             if m["role"] == "user":
@@ -86,24 +85,25 @@ def _conversation() -> list[dict]:
 
 def _generate(loaded) -> None:
     """Stream one reply for the last user message. Runs while every control is drawn disabled."""
-    ss = st.session_state
     model = loaded.model
+    record, messages = state.run(), st.session_state.messages  # plain objects: usable after a Stop
+    convo = _conversation()
     params = state.decode_params()
     msg = reply.new_message(params["mode"])
     with st.chat_message("assistant"):
         if not loaded.lock.acquire(blocking=False):
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")
-            state.finish()
+            state.finish(record)
             return
         view = None
         try:
-            kept, dropped = model.trim_history(_conversation(), params["max_new_tokens"])
+            kept, dropped = model.trim_history(convo, params["max_new_tokens"])
             if dropped:
                 msg["trimmed"] = dropped
                 msg["trim_notice"] = (f"The conversation is longer than the model's context ({model.context_length} "
                                       f"tokens): the {dropped} oldest messages were left out of this reply.")
                 st.info(msg["trim_notice"], icon=":material/content_cut:")
-            ss.messages.append(msg)
+            messages.append(msg)
             ids = model.chat_ids(kept)
             view = reply.ReplyView(msg, model, show_picture=params["mode"] == "diffusion")
             events = model.generate(ids, **params)
@@ -120,19 +120,19 @@ def _generate(loaded) -> None:
         finally:
             if view is not None:
                 view.close()
-            elif msg not in ss.messages and msg.get("error"):
-                ss.messages.append(msg)
+            elif msg.get("error") and not any(m is msg for m in messages):
+                messages.append(msg)
             if msg.get("error") and not msg["done"]:
                 msg["stopped"] = False
             loaded.lock.release()
-            state.finish()
+            state.finish(record)
     st.rerun()
 
 
 def draw(loaded) -> None:
-    ss = st.session_state
-    busy = bool(ss.generating and ss.job and ss.job.get("kind") == "chat")
+    busy = state.busy("chat")
     _history(busy)
     st.chat_input("Message the model…", key="chat_prompt", submit_mode="stop", on_submit=_submit)
     if busy:
+        state.resume_watch()
         _generate(loaded)

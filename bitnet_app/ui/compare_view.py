@@ -11,9 +11,8 @@ MODES = ("ar", "diffusion")
 
 def _submit() -> None:
     text = (st.session_state.get("compare_prompt") or "").strip()
-    if text and not st.session_state.generating:
-        st.session_state.job = {"kind": "compare", "prompt": text}
-        st.session_state.generating = True
+    if text:
+        state.begin({"kind": "compare", "prompt": text})
 
 
 def summary(ar: dict, diff: dict) -> dict:
@@ -53,24 +52,27 @@ def _columns():
 def _run(loaded, second, prompt: str) -> None:
     ss = st.session_state
     model = loaded.model
+    record = state.run()  # a plain dict: usable in the finally after a Stop
     result = {"prompt": prompt, "ar": reply.new_message("ar"), "diffusion": reply.new_message("diffusion")}
     ss.compare = result
+    system_prompt = ss.system_prompt.strip()
+    params = {mode: state.decode_params(mode) for mode in MODES}
     boxes = _columns()
     views, events = {}, {}
     engines = {"ar": loaded, "diffusion": second}
     if not loaded.lock.acquire(blocking=False):
         st.warning("The model is busy with a reply in another tab. Try again when it is done.")
-        state.finish()
+        state.finish(record)
         return
     second.lock.acquire()
     try:
-        convo = ([{"role": "system", "content": ss.system_prompt.strip()}] if ss.system_prompt.strip() else [])
+        convo = [{"role": "system", "content": system_prompt}] if system_prompt else []
         ids = model.chat_ids(convo + [{"role": "user", "content": prompt}])
         for mode in MODES:
             with boxes[mode]:
                 with st.chat_message("assistant"):
                     views[mode] = reply.ReplyView(result[mode], engines[mode].model, show_picture=mode == "diffusion")
-            events[mode] = engines[mode].model.generate(ids, **state.decode_params(mode))
+            events[mode] = engines[mode].model.generate(ids, **params[mode])
         active = list(MODES)
         while active:  # one loop, one event from each decoder in turn
             for mode in list(active):
@@ -90,7 +92,7 @@ def _run(loaded, second, prompt: str) -> None:
                 views[mode].close()
         second.lock.release()
         loaded.lock.release()
-        state.finish()
+        state.finish(record)
     st.rerun()
 
 
@@ -104,11 +106,13 @@ def draw(loaded, load_second) -> None:
         st.info("This checkpoint was not trained for block diffusion, so diffusion mode falls back to filling "
                 "the leftmost slot each step: expect about one token per forward, AR speed and AR text.",
                 icon=":material/info:")
-    busy = bool(ss.generating and ss.job and ss.job.get("kind") == "compare")
+    busy = state.busy("compare")
     st.chat_input("A prompt to run both ways…", key="compare_prompt", submit_mode="stop", on_submit=_submit)
     if busy:
-        st.markdown(f"**Prompt:** {ss.job['prompt']}")
-        _run(loaded, load_second(), ss.job["prompt"])
+        state.resume_watch()
+        prompt = state.run()["job"]["prompt"]
+        st.markdown(f"**Prompt:** {prompt}")
+        _run(loaded, load_second(), prompt)
         return
     result = ss.compare
     if not result:

@@ -81,18 +81,33 @@ def engine_bytes_estimate(folder: str) -> int:
 
 
 def ensure_model(source: Source, threads: int) -> Loaded:
-    """The loaded model for `source`, drawing download and conversion progress on the way."""
+    """The loaded model for `source`, drawing download and conversion progress on the way (the progress
+    is cleared once the model is ready; a failure leaves it on the page above the explanation)."""
+    holder = st.empty()
+    work: list[str] = []
+    with holder.container():
+        loaded = _ensure(source, threads, work)
+    holder.empty()
+    if work:
+        st.toast(f"{source.label} is ready ({' and '.join(work)}). Next time it opens straight into chat.",
+                 icon=":material/check_circle:")
+    return loaded
+
+
+def _ensure(source: Source, threads: int, work: list) -> Loaded:
     if source.kind == "folder" and source.target.endswith(".bitnet") and os.path.isfile(source.target):
         return _load(source.target, threads)
     if source.kind == "hub":
         folder = hub.cached_checkpoint(source.target)  # no network on a second start
         if folder is None or not _valid_engine_file(converted_path(folder)):
             folder = _download(source.target)
+            work.append("downloaded")
     else:
         folder = _check_folder(source.target)
     path = converted_path(folder)
     if not _valid_engine_file(path):
         _convert(folder, path)
+        work.append("converted for this CPU")
     return _load(path, threads)
 
 

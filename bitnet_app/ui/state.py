@@ -1,4 +1,9 @@
-"""Session state of the page: the chat, the generating flag, and the decode settings.
+"""Session state of the page: the chat, the generation in progress, and the decode settings.
+
+Trap (verified with streamlit 1.67 in Chromium): after the user presses Stop, the script's `finally`
+blocks still run, but every read or write of st.session_state in them raises StopException again. So
+the generation's bookkeeping lives in plain mutable objects stored in session state (`run`, the
+message dicts, the messages list): the code grabs them before streaming and only mutates them after.
 
 A stored message is a plain dict:
     {"role": "user"|"assistant", "content": str,
@@ -15,8 +20,9 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concise
 # key -> initial value (decode settings are re-seeded from each model's own defaults when it loads)
 DEFAULTS = {
     "messages": [],           # the chat history
-    "generating": False,      # a reply is streaming: controls are drawn disabled
-    "job": None,              # what to generate next: {"kind": "chat"} or {"kind": "compare", "prompt": str}
+    # the generation in progress: {"generating": bool (controls drawn disabled),
+    #  "job": None | {"kind": "chat"} | {"kind": "compare", "prompt": str}}
+    "run": {"generating": False, "job": None},
     "compare": None,          # the last compare run: {"prompt", "ar": message, "diffusion": message}
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
@@ -74,13 +80,33 @@ def decode_params(mode: str | None = None) -> dict:
     return params
 
 
-def start(job: dict) -> None:
-    """Begin a generation: flag it and rerun so every control is drawn disabled first."""
-    st.session_state.job = job
-    st.session_state.generating = True
-    st.rerun()
+def run() -> dict:
+    """The mutable generation record (safe to mutate in a `finally` after Stop)."""
+    return st.session_state.run
 
 
-def finish() -> None:
-    st.session_state.job = None
-    st.session_state.generating = False
+def busy(kind: str | None = None) -> bool:
+    r = st.session_state.run
+    return bool(r["generating"]) and (kind is None or (r["job"] or {}).get("kind") == kind)
+
+
+def begin(job: dict) -> bool:
+    """Flag a generation (from a widget callback, so the run that follows draws every control disabled)."""
+    r = st.session_state.run
+    if r["generating"]:
+        return False
+    r["job"], r["generating"] = job, True
+    return True
+
+
+@st.fragment(run_every=1.0)
+def resume_watch() -> None:
+    """Drawn in a generating run. A Stop ends the run with every control still drawn disabled and no rerun
+    follows; this timer notices that the reply has ended and reruns the page, which enables them again."""
+    if not st.session_state.run["generating"]:
+        st.rerun(scope="app")
+
+
+def finish(record: dict) -> None:
+    """End a generation; `record` is run(), fetched before streaming (no session-state access here)."""
+    record["job"], record["generating"] = None, False

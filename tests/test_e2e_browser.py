@@ -1,0 +1,217 @@
+"""End to end in a real headless Chromium: `streamlit run app.py` against the loopback fake Hub.
+
+First run download + conversion, a streamed reply, Stop that keeps the partial reply, the diffusion
+block picture and its replay, the compare view; the health endpoint must answer within a second while
+a reply streams. Screenshots of every state go to test-artifacts/ (look at them: they are the README's).
+
+Needs Playwright (PyPI) and /usr/bin/chromium. Without them the test is skipped locally and FAILS when
+CI is set.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from checkpoints import make_hf_checkpoint
+from fake_hub import FakeHub
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARTIFACTS = os.path.join(ROOT, "test-artifacts")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REPO = "org/bitnet-demo"
+
+
+def _require_browser():
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (pip install playwright)")
+    if not os.path.exists(CHROMIUM):
+        missing.append(f"{CHROMIUM} (apt-get install chromium)")
+    if missing:
+        msg = "browser test needs " + " and ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _get(url: str, timeout: float) -> tuple[str, float]:
+    t0 = time.monotonic()
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        body = r.read().decode()
+    return body, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    _require_browser()
+    root = tmp_path_factory.mktemp("e2e")
+    ckpt = str(root / "ckpt")
+    # Big enough that a long reply takes seconds; no stop ids, so a reply runs until Stop or max new tokens.
+    make_hf_checkpoint(ckpt, mask_token=True, seed=3, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                       num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
+    gen_path = os.path.join(ckpt, "generation_config.json")
+    with open(gen_path) as f:
+        gen = json.load(f)
+    gen["eos_token_id"] = []
+    with open(gen_path, "w") as f:
+        json.dump(gen, f)
+    hub = FakeHub({REPO: ckpt}, rate=1e6).start()  # ~1 MB/s: the download progress is visible for a while
+    port = _free_port()
+    env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(root / "hf"), BITNET_APP_CACHE=str(root / "eng"),
+               BITNET_APP_MODEL=REPO, BITNET_THREADS="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    env.pop("HF_HUB_OFFLINE", None)
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    log = open(os.path.join(ARTIFACTS, "e2e-streamlit.log"), "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "app.py"),
+                             "--server.port", str(port), "--server.address", "127.0.0.1",
+                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if _get(url + "/_stcore/health", 2)[0].strip() == "ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("streamlit did not start; see test-artifacts/e2e-streamlit.log")
+            time.sleep(0.3)
+        yield {"url": url, "hub": hub}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        hub.stop()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        yield pg
+        browser.close()
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"))
+
+
+def _assistant_text(page, index: int) -> str:
+    msgs = page.locator('[data-testid="stChatMessage"]')
+    return msgs.nth(index).locator('[data-testid="stMarkdownContainer"]').first.inner_text()
+
+
+def _set_number(page, label: str, value: int) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Enter")
+    page.wait_for_timeout(800)
+
+
+def _send(page, text: str) -> None:
+    box = page.locator('[data-testid="stChatInput"] textarea')
+    box.fill(text)
+    box.press("Enter")
+
+
+def _wait_streaming(page, index: int, min_chars: int = 40, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        if page.locator('[data-testid="stChatMessage"]').count() > index:
+            text = _assistant_text(page, index)
+            if len(text) >= min_chars:
+                return text
+        page.wait_for_timeout(100)
+    raise AssertionError(f"no streamed text in message {index} after {timeout} s (got {text!r})")
+
+
+def test_browser_walkthrough(server, page):
+    from playwright.sync_api import expect
+
+    url = server["url"]
+    page.goto(url)
+
+    # 1. First run: byte progress of the download, then conversion, then the chat.
+    expect(page.get_by_text(f"Downloading {REPO}")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(" MB of ")).to_be_visible(timeout=30_000)
+    _shot(page, "e2e-01-first-run-download")
+    chat_box = page.locator('[data-testid="stChatInput"] textarea')
+    expect(chat_box).to_be_visible(timeout=180_000)
+    assert [r for r in server["hub"].requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
+    _shot(page, "e2e-02-ready")
+
+    # 2. A long reply streams token by token; the server stays responsive; controls are disabled.
+    _set_number(page, "Max new tokens", 3000)
+    _send(page, "Tell me a long story about the sea.")
+    first = _wait_streaming(page, 1)
+    body, took = _get(url + "/_stcore/health", 5)
+    assert body.strip() == "ok" and took < 1.0, f"health answered in {took:.2f} s while streaming"
+    page.wait_for_timeout(600)
+    later = _assistant_text(page, 1)
+    assert len(later) > len(first) and later.startswith(first[: len(first) - 2]), "the reply did not grow"
+    expect(page.locator('[data-testid="stSidebar"] input[type="range"][aria-label="Temperature"]')).to_be_disabled()
+    _shot(page, "e2e-03-streaming")
+
+    # 3. Stop mid-reply: the partial reply stays, marked as stopped, also after the next rerun.
+    page.get_by_role("button", name="Stop script").click()
+    page.wait_for_timeout(1500)
+    stopped = _assistant_text(page, 1)
+    assert len(stopped) >= len(later) - 5
+    _set_number(page, "Seed", 7)  # any widget change reruns the page
+    expect(page.get_by_text("stopped by you")).to_be_visible(timeout=20_000)
+    kept = _assistant_text(page, 1)
+    assert kept and stopped.rstrip(" ▌").startswith(kept[:20]), (kept[:60], stopped[:60])
+    _shot(page, "e2e-04-stopped-kept")
+
+    # 4. Block diffusion: the live block picture, then the replay of the steps.
+    page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
+    page.wait_for_timeout(800)
+    _set_number(page, "Max new tokens", 160)
+    _send(page, "Describe a lighthouse.")
+    expect(page.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
+    expect(page.locator(".bp .slot.mask").first).to_be_visible(timeout=5_000)
+    page.mouse.wheel(0, 400)  # the picture sits under the reply; bring it above the chat input
+    _shot(page, "e2e-05-diffusion-live-block")
+    expect(page.get_by_text("tokens/forward").last).to_be_visible(timeout=120_000)
+    page.get_by_text("diffusion steps").last.click()
+    page.wait_for_timeout(500)
+    expect(page.locator(".bp").last).to_be_visible()
+    _shot(page, "e2e-06-diffusion-replay")
+
+    # 5. Compare view: both decoders on one prompt, with the summary.
+    _set_number(page, "Max new tokens", 48)
+    page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
+    expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
+    _send(page, "Name three colours.")
+    expect(page.get_by_text("Diffusion speed vs AR")).to_be_visible(timeout=180_000)
+    expect(page.get_by_text("Do the texts agree?")).to_be_visible()
+    _shot(page, "e2e-07-compare")
+    summary = {"health_s": took}
+    with open(os.path.join(ARTIFACTS, "e2e-summary.json"), "w") as f:
+        json.dump(summary, f)
+
