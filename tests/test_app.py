@@ -195,6 +195,24 @@ def test_not_trained_for_diffusion_is_said_plainly(env, checkpoints):
     assert any("not trained for block diffusion" in i.value for i in at.sidebar.info)
 
 
+def test_model_info_and_slow_cpu_warning(env):
+    env.setenv("BITNET_ISA", "portable")  # what a CPU without AVX2 gets
+    at = _app()
+    info = [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
+    assert "portable C" in info and "Parameters" in info and "RAM" in info and "Model file" in info
+    assert any("no AVX2" in w.value for w in at.warning)
+
+
+def test_disk_full_is_checked_before_downloading(env, checkpoints, tmp_path):
+    with FakeHub({"org/huge": checkpoints["dlm"]}, fake_sizes={"model.safetensors": 1 << 60}) as huge:
+        env.setenv("HF_ENDPOINT", huge.url)
+        env.setenv("BITNET_APP_MODEL", "org/huge")
+        at = _app()
+    assert "Not enough disk space" in _all_markdown(at)
+    assert "needs" in at.error[0].value and "free" in at.error[0].value
+    assert not [r for r in huge.requests if r[1].endswith(".safetensors")]
+
+
 @pytest.mark.parametrize("case, title", [
     ("offline", "You are offline"),
     ("not_found", "That model was not found"),

@@ -158,7 +158,9 @@ def test_browser_walkthrough(server, page):
 
     # 1. First run: byte progress of the download, then conversion, then the chat.
     expect(page.get_by_text(f"Downloading {REPO}")).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(" MB of ")).to_be_visible(timeout=30_000)
+    page.wait_for_function(r"() => /MB of [\d.]+ MB \((?!100%)\d+%\)/.test(document.body.innerText)",
+                           timeout=30_000)  # bytes done of total, mid-download
+    page.wait_for_timeout(1200)  # let the speed and time-left figures settle
     _shot(page, "e2e-01-first-run-download")
     chat_box = page.locator('[data-testid="stChatInput"] textarea')
     expect(chat_box).to_be_visible(timeout=180_000)
