@@ -19,6 +19,9 @@ except loading.LoadFailure as failure:
     first_run.show_failure(failure, source.label)
 
 model = loaded.model
+if st.session_state.get("engine_path") != loaded.path:  # another model: free the compare view's second engine
+    loading.load_compare_engine.clear()
+    st.session_state.engine_path = loaded.path
 state.seed_from_model(model, loaded.path)
 sidebar.settings(model, busy)
 sidebar.chat_actions(source.label, busy)
@@ -27,7 +30,8 @@ if str(model.info().get("isa")).lower() == "portable":
     st.warning("This CPU has no AVX2, so the engine runs its portable C kernels: replies will be slow.",
                icon=":material/speed:")
 
-view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, label_visibility="collapsed")
+view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, required=True,
+                            label_visibility="collapsed")
 if view == "Compare":
     compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)))
 else:

@@ -14,6 +14,7 @@ Every failure is a `HubError` with `.kind` (offline, network, not_found, gated, 
 incomplete) and a message that says what happened and what to do.
 """
 import collections
+import hashlib
 import json
 import os
 import re
@@ -315,6 +316,7 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
             counter.mark()
             counter.report()
             before = counter.done
+            _fetch_resumable(repo_id, name, commit, storage, token, tqdm_class)
             path = hf_hub_download(repo_id, name, revision=commit, cache_dir=cache, token=token,
                                    endpoint=hub_endpoint(), tqdm_class=tqdm_class)
             folder = os.path.dirname(path)
@@ -326,6 +328,45 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
     counter.file = ""
     counter.report()
     return folder
+
+
+def _fetch_resumable(repo_id: str, name: str, commit: str, storage: str, token, tqdm_class) -> None:
+    """Download a plain-HTTP file into blobs/<etag> through a partial file that outlives failures."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils._runtime import is_xet_available
+
+    url = hf_hub_url(repo_id, name, revision=commit, endpoint=hub_endpoint())
+    meta = get_hf_file_metadata(url, token=token, endpoint=hub_endpoint())
+    if meta.etag is None or (meta.xet_file_data is not None and is_xet_available()):
+        return  # Xet storage has its own transfer protocol: hf_hub_download handles it
+    blob = os.path.join(storage, "blobs", meta.etag)
+    if os.path.exists(blob):
+        return
+    part = blob + ".incomplete"
+    os.makedirs(os.path.dirname(blob), exist_ok=True)
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    if meta.size is not None and have > meta.size:
+        have = 0
+    with open(part, "r+b" if have else "wb") as f:
+        f.seek(have)
+        f.truncate()
+        http_get(meta.location, f, resume_size=have, headers=build_hf_headers(token=token),
+                 expected_size=meta.size, tqdm_class=tqdm_class)
+    if have and re.fullmatch(r"[0-9a-f]{64}", meta.etag) and _sha256(part) != meta.etag:
+        os.remove(part)  # the stitched file is not the published one: start over next time
+        raise HubError("network", f"{name} of {repo_id} was damaged while resuming the download. "
+                                  "It was deleted; retry to download it again.")
+    os.replace(part, blob)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _remember_ref(storage: str, revision: str, commit: str) -> None:

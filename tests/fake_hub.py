@@ -14,8 +14,10 @@ Errors are told apart by the X-Error-Code header (RepoNotFound, GatedRepo, Revis
 
 Simulations: `missing` (repo ids answering 404), `gated` (repo ids whose files answer 401/403 GatedRepo),
 `drop_after` ({filename: n}: the first GET of that file sends n bytes then closes the connection),
-`rate` (bytes per second for file bodies, to make downloads observable), `fake_sizes` ({filename: n}:
-the size model_info reports, e.g. to exceed the free disk space). `requests` records (method, path, range).
+`down_after_drop` (after that drop every request answers 503 until `up()`: a network that stays down,
+so the client gives up and must resume on a later call), `rate` (bytes per second for file bodies, to
+make downloads observable), `fake_sizes` ({filename: n}: the size model_info reports, e.g. to exceed
+the free disk space). `requests` records (method, path, range).
 """
 import argparse
 import hashlib
@@ -56,11 +58,12 @@ class _Repo:
 class FakeHub:
     def __init__(self, repos: dict[str, str] | None = None, *, missing=(), gated=(), gated_status: int = 401,
                  drop_after: dict[str, int] | None = None, rate: float | None = None,
-                 fake_sizes: dict[str, int] | None = None, port: int = 0):
+                 fake_sizes: dict[str, int] | None = None, down_after_drop: bool = False, port: int = 0):
         self.repos = {rid: _Repo(rid, folder) for rid, folder in (repos or {}).items()}
         self.missing, self.gated, self.gated_status = set(missing), set(gated), gated_status
         self.drop_after = dict(drop_after or {})
         self.rate, self.fake_sizes = rate, dict(fake_sizes or {})
+        self.down_after_drop, self.down = down_after_drop, False
         self.requests: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
@@ -92,7 +95,14 @@ class FakeHub:
 
     def take_drop(self, filename: str) -> int | None:
         with self._lock:
-            return self.drop_after.pop(filename, None)
+            n = self.drop_after.pop(filename, None)
+            if n is not None and self.down_after_drop:
+                self.down = True
+            return n
+
+    def up(self) -> None:
+        """The network is back (see down_after_drop)."""
+        self.down = False
 
     def model_info(self, repo: _Repo) -> dict:
         siblings = []
@@ -138,6 +148,8 @@ def _make_handler(hub: FakeHub):
         def _route(self):
             path = unquote(urlparse(self.path).path)
             hub.record(self.command, path, self.headers.get("Range"))
+            if hub.down:
+                return self._error(503, "ServiceUnavailable", "Service Unavailable")
             parts = path.strip("/").split("/")
             if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
                 return self._api_model(parts[2:])

@@ -106,6 +106,26 @@ def test_dropped_connection_resumes_with_range(served, repo, cache):
                 if n.endswith(".incomplete")]
 
 
+def test_download_resumes_on_a_later_call_after_the_network_stayed_down(served, repo, cache):
+    fake = served(drop_after={"model.safetensors": 15 << 20}, down_after_drop=True)
+    with pytest.raises(hub.HubError) as err:
+        hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
+    assert err.value.kind == "network"
+    blobs = os.path.join(cache, "models--org--bitnet-tiny", "blobs")
+    partial = [n for n in os.listdir(blobs) if n.endswith(".incomplete")]
+    assert len(partial) == 1 and 0 < os.path.getsize(os.path.join(blobs, partial[0])) <= 15 << 20
+    kept = os.path.getsize(os.path.join(blobs, partial[0]))
+    fake.up()
+    fake.requests.clear()
+    seen = []
+    folder = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache, progress=seen.append)
+    gets = [r for r in fake.requests if r[0] == "GET" and r[1].endswith("/model.safetensors")]
+    assert gets == [("GET", gets[0][1], f"bytes={kept}-")]  # only the missing bytes were fetched
+    assert _sha(os.path.join(folder, "model.safetensors")) == _sha(os.path.join(repo, "model.safetensors"))
+    assert seen[-1].done == seen[-1].total
+    assert not [n for n in os.listdir(blobs) if n.endswith(".incomplete")]
+
+
 def test_offline_mode_uses_the_cache_only(served, cache, monkeypatch):
     fake = served()
     folder = hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
