@@ -127,6 +127,9 @@ def test_chat_in_diffusion_mode_shows_steps_and_forwards(env):
     row = at.chat_message[1].markdown[1].value
     assert "forwards" in row and "tokens/forward" in row
     assert any("diffusion steps" in e.label for e in at.expander)  # the replay
+    assert len(msg["steps"]) > 1
+    at.slider(key="replay_1").set_value(1).run()  # the replay slider redraws an earlier step
+    assert any(f"step 1 of {len(msg['steps'])}" in m.value for m in at.markdown)
 
 
 def test_settings_reach_the_decoder_and_regenerate_repeats_a_greedy_reply(env):

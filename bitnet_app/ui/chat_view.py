@@ -29,17 +29,18 @@ def _regenerate() -> None:
 
 
 @st.fragment
-def _replay(index: int, msg: dict) -> None:
+def _replay(index: int, msg: dict, busy: bool) -> None:
     frames = msg["steps"]
     with st.expander(f"Replay the {len(frames)} diffusion steps", icon=":material/slow_motion_video:"):
         pic = st.empty()
         if len(frames) > 1:
             left, right = st.columns([4, 1], vertical_alignment="bottom")
             with left:
-                k = st.slider("Step", 1, len(frames), len(frames), key=f"replay_{index}",
+                k = st.slider("Step", 1, len(frames), len(frames), key=f"replay_{index}", disabled=busy,
                               help="Move through the forwards of this reply: each one fills some masked slots.")
             with right:
-                play = st.button("Play", key=f"play_{index}", icon=":material/play_arrow:", width="stretch")
+                play = st.button("Play", key=f"play_{index}", icon=":material/play_arrow:", width="stretch",
+                                 disabled=busy, help="Replay the steps as they happened.")
         else:
             k, play = 1, False
         if play:
@@ -68,7 +69,7 @@ def _history(busy: bool) -> None:
                 continue
             reply.draw_stored(m)
             if m.get("steps"):
-                _replay(i, m)
+                _replay(i, m, busy)
             if i == len(msgs) - 1 and not busy:
                 st.button("Regenerate", on_click=_regenerate, icon=":material/refresh:", type="tertiary",
                           key="regenerate", help="Drop this reply and write a new one for the same question.")
