@@ -163,10 +163,13 @@ class _ByteCounter:
 
     def snapshot(self) -> DownloadProgress:
         with self._lock:
+            now = time.monotonic()
+            while len(self._window) > 1 and now - self._window[0][0] > 5.0:
+                self._window.popleft()  # a stalled download shows its speed falling to 0
             speed = 0.0
             if len(self._window) >= 2:
-                (t0, b0), (t1, b1) = self._window[0], self._window[-1]
-                speed = (b1 - b0) / (t1 - t0) if t1 - t0 >= 0.2 else 0.0
+                t0, b0 = self._window[0]
+                speed = (self._window[-1][1] - b0) / (now - t0) if now - t0 >= 0.2 else 0.0
             left = max(0, self.total - self.done)
             eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
             return DownloadProgress(self.done, self.total, speed, eta, self.file, self.files_done, self.files_total)

@@ -168,7 +168,12 @@ def _download(repo_id: str) -> str:
     def draw(p: hub.DownloadProgress):
         bar.progress(p.fraction, text=f"{hub.format_bytes(p.done)} of {hub.format_bytes(p.total)} "
                                       f"({p.fraction:.0%})")
-        speed = f"{hub.format_bytes(p.speed)}/s" if p.speed else "measuring speed"
+        if p.speed:
+            speed = f"{hub.format_bytes(p.speed)}/s"
+        elif p.done:
+            speed = "waiting for data (a stalled connection is retried automatically)"
+        else:
+            speed = "measuring speed"
         current = f" · {p.file}" if p.file else ""
         line.caption(f"{speed} · {_eta_text(p.eta)} · file {min(p.files_done + 1, p.files_total)} of "
                      f"{p.files_total}{current}")
