@@ -24,6 +24,17 @@
 #include "kernels.h"
 #include "pool.h"
 
+#ifdef BN_PROFILE /* development aid: time per stage, printed when the engine is freed */
+#include <time.h>
+static double prof[8];
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+#define PROF_START double prof_t = now_s()
+#define PROF(i) do { double t_ = now_s(); prof[i] += t_ - prof_t; prof_t = t_; } while (0)
+#else
+#define PROF_START
+#define PROF(i)
+#endif
+
 #define ROUND16(n) (((n) + 15) / 16 * 16)
 
 struct bn_engine {
@@ -33,6 +44,7 @@ struct bn_engine {
     bn_pool *pool;
     int exact_head, ctx;
     int dp, ip, qkv_np, gu_np, vp; /* padded sizes */
+    int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
     float *k_cache, *v_cache;      /* (L, C, G*hd) */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
     /* scratch, sized for cap_t tokens and cap_rows logit rows */
@@ -54,36 +66,17 @@ static float bf16_to_f32(uint16_t h) {
     return v.f;
 }
 
-/* out (n) = x (n) / rms(x) * w (n): LlamaRMSNorm in fp32 */
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float inv = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
-}
-
-/* Round half to even for |v| < 2^22 (true here: |v| <= 127) without a libm call. */
-static inline float round_even(float v) {
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    return (v + magic) - magic;
-}
-
-/* x (n) float -> q (np) int8 zero padded; returns sum(q) and 1/scale through the pointers */
-static void quantize_row(const float *x, int n, int np, int8_t *q, int32_t *qsum, float *inv_scale) {
-    float m = 0.0f;
-    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+/* One token row: xn = rmsnorm(x) * w (LlamaRMSNorm, fp32), then quant8(xn) into xq row t. */
+static void norm_quant_row(bn_engine *e, const float *x, const float *w, int n, int kp, int t) {
+    const bn_kernels *k = e->k;
+    float *xn = e->xn + (size_t)t * e->xn_ld;
+    const float inv = 1.0f / sqrtf(k->sumsq(x, n) / (float)n + e->m.eps);
+    k->norm_apply(x, inv, w, xn, n);
+    float m = k->absmax(xn, n);
     if (m < 1e-5f) m = 1e-5f;
     const float scale = 127.0f / m;
-    int32_t s = 0;
-    for (int i = 0; i < n; i++) {
-        float r = round_even(x[i] * scale);
-        r = r > 127.0f ? 127.0f : (r < -128.0f ? -128.0f : r);
-        q[i] = (int8_t)r;
-        s += q[i];
-    }
-    memset(q + n, 0, (size_t)(np - n));
-    *qsum = s;
-    *inv_scale = 1.0f / scale;
+    e->xsum[t] = k->quantize(xn, n, kp, scale, e->xq + (size_t)t * kp);
+    e->xinv[t] = 1.0f / scale;
 }
 
 /* ---------------------------------------------------------------- parallel jobs */
@@ -103,11 +96,14 @@ typedef struct {
     int ldy;
     int chunk;
     atomic_int next;
+    const int8_t *xq; /* quantized activations (T, Kp) and their sums and 1/scales: kinds 0 and 1 */
+    const int32_t *xsum;
+    const float *xinv;
 } matmul_job;
 
 static void matmul_chunk(const matmul_job *j, int u0, int u1);
 
-static void matmul_worker(void *arg, int t, int n) {
+static void matmul_worker(void *arg, int t, int n) { /* any number of threads may run it */
     (void)t; (void)n;
     matmul_job *j = arg;
     for (;;) {
@@ -120,7 +116,8 @@ static void matmul_worker(void *arg, int t, int n) {
 static void run_matmul(bn_engine *e, matmul_job *j) {
     const int n = bn_pool_size(e->pool);
     j->chunk = j->n_units / (n * CHUNKS_PER_THREAD);
-    if (j->chunk < 1) j->chunk = 1;
+    j->chunk += j->chunk & 1; /* even: the kernels take row tiles in pairs */
+    if (j->chunk < 2) j->chunk = 2;
     atomic_init(&j->next, 0);
     bn_pool_run(e->pool, matmul_worker, j);
 }
@@ -128,48 +125,103 @@ static void run_matmul(bn_engine *e, matmul_job *j) {
 static void matmul_chunk(const matmul_job *j, int u0, int u1) {
     const bn_engine *e = j->e;
     if (j->kind == 0) {
-        e->k->ternary_matmul(j->w->codes, ROUND16(j->w->k), j->w->scale, e->xq, e->xsum, e->xinv, j->T, u0 * 16,
+        e->k->ternary_matmul(j->w->codes, ROUND16(j->w->k), j->w->scale, j->xq, j->xsum, j->xinv, j->T, u0 * 16,
                              u1 * 16, j->y, j->ldy);
     } else if (j->kind == 1) {
-        e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, e->xq, e->xinv, j->T, u0 * 16,
+        e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, j->xq, j->xinv, j->T, u0 * 16,
                           u1 * 16, j->y, j->ldy);
     } else {
         e->k->bf16_matmul(e->m.embed, e->m.dim, j->xf, j->T, u0, u1, j->y, j->ldy);
     }
 }
 
-/* y (T, Np) = W @ quant8 rows already in e->xq */
+/* y (T, Np) = W @ quant8 rows already in e->xq. Batches run in slices of MATMUL_SLICE tokens, so the
+ * slice's activations (at most 32 x Kp bytes, 221 KB for the FFN down projection) stay in L2 while
+ * every weight tile streams past them; weights are re-read once per slice. */
+#define MATMUL_SLICE 32
+
 static void ternary(bn_engine *e, const bn_ternary *w, int T, float *y, int ldy) {
-    matmul_job j = {e, 0, w, T, ROUND16(w->n) / 16, NULL, y, ldy};
-    run_matmul(e, &j);
-}
-
-/* Norm each of T rows of x (stride ldx) into e->xn, then quantize them into e->xq (stride kp).
- * Batches are split across the threads by token; a single token stays on the calling thread. */
-typedef struct {
-    bn_engine *e;
-    const float *x, *w;
-    int ldx, n, kp, T;
-} norm_job;
-
-static void norm_rows(const norm_job *j, int t0, int t1) {
-    bn_engine *e = j->e;
-    for (int t = t0; t < t1; t++) {
-        float *xn = e->xn + (size_t)t * j->n;
-        rmsnorm(xn, j->x + (size_t)t * j->ldx, j->w, j->n, e->m.eps);
-        quantize_row(xn, j->n, j->kp, e->xq + (size_t)t * j->kp, &e->xsum[t], &e->xinv[t]);
+    const int kp = ROUND16(w->k);
+    for (int t0 = 0; t0 < T; t0 += MATMUL_SLICE) {
+        matmul_job j = {e, 0, w, T - t0 < MATMUL_SLICE ? T - t0 : MATMUL_SLICE, ROUND16(w->n) / 16, NULL,
+                        y + (size_t)t0 * ldy, ldy};
+        j.xq = e->xq + (size_t)t0 * kp;
+        j.xsum = e->xsum + t0;
+        j.xinv = e->xinv + t0;
+        run_matmul(e, &j);
     }
 }
 
-static void norm_worker(void *arg, int t, int n) {
-    const norm_job *j = arg;
-    norm_rows(j, (int)((long)j->T * t / n), (int)((long)j->T * (t + 1) / n));
+/* The per-token work between the matrix products, fused into one pass each and shared out by token
+ * (a single token stays on the calling thread). */
+enum {
+    ST_ATTN_IN,  /* [x += proj of the previous layer's down] ; quant8(rmsnorm(x) * attn_norm) */
+    ST_ROPE_KV,  /* RoPE on q and k; k, v -> cache at the token's position */
+    ST_SUB_ATTN, /* quant8(rmsnorm(att) * attn_sub_norm) */
+    ST_FFN_IN,   /* x += proj (o_proj); quant8(rmsnorm(x) * ffn_norm) */
+    ST_SUB_FFN,  /* h = relu(g)^2 * u; quant8(rmsnorm(h) * ffn_sub_norm) */
+    ST_RESIDUAL, /* x += proj (down_proj) */
+};
+
+typedef struct {
+    bn_engine *e;
+    int layer, stage, start;
+    int T;
+    atomic_int next; /* next token to take */
+} token_job;
+
+static void rope(const bn_engine *e, float *x, int pos);
+
+static void token_stage(bn_engine *e, int l, int stage, int start, int t) {
+    const bn_model *m = &e->m;
+    const bn_layer *ly = &e->layers[l];
+    const int D = m->dim, I = m->hidden, hd = m->head_dim, kvd = m->n_kv_heads * hd;
+    float *x = e->x + (size_t)t * D, *proj = e->proj + (size_t)t * e->dp;
+    switch (stage) {
+        case ST_ATTN_IN:
+            norm_quant_row(e, x, ly->attn_norm, D, e->dp, t);
+            break;
+        case ST_ROPE_KV: {
+            float *row = e->qkv + (size_t)t * e->qkv_np;
+            const int pos = start + t;
+            for (int h = 0; h < m->n_heads + m->n_kv_heads; h++) rope(e, row + h * hd, pos); /* q heads, then k */
+            const size_t at = ((size_t)l * e->ctx + pos) * kvd;
+            memcpy(e->k_cache + at, row + D, sizeof(float) * (size_t)kvd);
+            memcpy(e->v_cache + at, row + D + kvd, sizeof(float) * (size_t)kvd);
+            break;
+        }
+        case ST_SUB_ATTN:
+            norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t);
+            break;
+        case ST_FFN_IN:
+            e->k->add(x, proj, D);
+            norm_quant_row(e, x, ly->ffn_norm, D, e->dp, t);
+            break;
+        case ST_SUB_FFN: {
+            float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)]; h overwrites the gate half */
+            e->k->relu2_mul(g, g + I, g, I);
+            norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t);
+            break;
+        }
+        default:
+            e->k->add(x, proj, D);
+    }
 }
 
-static void norm_quant(bn_engine *e, const float *x, int ldx, const float *w, int n, int kp, int T) {
-    norm_job j = {e, x, w, ldx, n, kp, T};
-    if (T < 4) norm_rows(&j, 0, T);
-    else bn_pool_run(e->pool, norm_worker, &j);
+static void token_worker(void *arg, int th, int nth) {
+    (void)th; (void)nth;
+    token_job *j = arg;
+    for (int t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->T;)
+        token_stage(j->e, j->layer, j->stage, j->start, t);
+}
+
+static void run_tokens(bn_engine *e, int l, int stage, int start, int T) {
+    if (T < 2) {
+        for (int t = 0; t < T; t++) token_stage(e, l, stage, start, t);
+        return;
+    }
+    token_job j = {e, l, stage, start, T, 0};
+    bn_pool_run(e->pool, token_worker, &j);
 }
 
 typedef struct {
@@ -280,6 +332,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, co
     e->qkv_np = ROUND16(m->dim + 2 * m->n_kv_heads * m->head_dim);
     e->gu_np = ROUND16(2 * m->hidden);
     e->vp = ROUND16(m->vocab);
+    e->xn_ld = e->dp > e->ip ? e->dp : e->ip;
     const size_t kv = (size_t)m->n_layers * ctx * m->n_kv_heads * m->head_dim;
     e->k_cache = calloc(kv, sizeof(float)); /* calloc: untouched pages cost no memory */
     e->v_cache = calloc(kv, sizeof(float));
@@ -309,6 +362,10 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, co
 
 void bn_engine_free(bn_engine *e) {
     if (!e) return;
+#ifdef BN_PROFILE
+    fprintf(stderr, "profile s: norm+quant %.3f ternary %.3f rope+kv %.3f attention %.3f mlp-act+residual %.3f\n",
+            prof[0], prof[1], prof[2], prof[3], prof[4]);
+#endif
     bn_pool_free(e->pool);
     free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
@@ -333,43 +390,31 @@ static void rope(const bn_engine *e, float *x, int pos) {
 }
 
 static void layer_forward(bn_engine *e, int l, int T, int start, int kv_end, int block) {
-    const bn_model *m = &e->m;
     const bn_layer *ly = &e->layers[l];
-    const int D = m->dim, I = m->hidden, hd = m->head_dim, kvd = m->n_kv_heads * hd;
-
-    /* attention block */
-    norm_quant(e, e->x, D, ly->attn_norm, D, e->dp, T);
+    PROF_START;
+    run_tokens(e, l, ST_ATTN_IN, start, T);
+    PROF(0);
     ternary(e, &ly->qkv, T, e->qkv, e->qkv_np);
-    for (int t = 0; t < T; t++) {
-        float *row = e->qkv + (size_t)t * e->qkv_np;
-        const int pos = start + t;
-        for (int h = 0; h < m->n_heads + m->n_kv_heads; h++) rope(e, row + h * hd, pos); /* q heads, then k */
-        const size_t at = ((size_t)l * e->ctx + pos) * kvd;
-        memcpy(e->k_cache + at, row + D, sizeof(float) * (size_t)kvd);
-        memcpy(e->v_cache + at, row + D + kvd, sizeof(float) * (size_t)kvd);
-    }
+    PROF(1);
+    run_tokens(e, l, ST_ROPE_KV, start, T);
+    PROF(2);
     attn_job aj = {e, l, T, start, kv_end, block, 0};
     bn_pool_run(e->pool, attention_worker, &aj);
-    norm_quant(e, e->att, D, ly->attn_sub_norm, D, e->dp, T);
+    PROF(3);
+    run_tokens(e, l, ST_SUB_ATTN, start, T);
+    PROF(0);
     ternary(e, &ly->o, T, e->proj, e->dp);
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] += e->proj[(size_t)t * e->dp + i];
-
-    /* MLP block: relu(gate)^2 * up, sub-norm, down */
-    norm_quant(e, e->x, D, ly->ffn_norm, D, e->dp, T);
+    PROF(1);
+    run_tokens(e, l, ST_FFN_IN, start, T);
+    PROF(0);
     ternary(e, &ly->gate_up, T, e->gu, e->gu_np);
-    for (int t = 0; t < T; t++) {
-        const float *g = e->gu + (size_t)t * e->gu_np, *u = g + I;
-        float *out = e->gu + (size_t)t * e->gu_np; /* in place over the gate half */
-        for (int i = 0; i < I; i++) {
-            const float r = g[i] > 0.0f ? g[i] : 0.0f;
-            out[i] = (r * r) * u[i];
-        }
-    }
-    norm_quant(e, e->gu, e->gu_np, ly->ffn_sub_norm, I, e->ip, T);
+    PROF(1);
+    run_tokens(e, l, ST_SUB_FFN, start, T);
+    PROF(4);
     ternary(e, &ly->down, T, e->proj, e->dp);
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] += e->proj[(size_t)t * e->dp + i];
+    PROF(1);
+    run_tokens(e, l, ST_RESIDUAL, start, T);
+    PROF(4);
 }
 
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,
@@ -406,12 +451,18 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
     /* final norm of the requested rows, then the head */
     for (int r = 0; r < n_rows; r++) memcpy(e->att + (size_t)r * D, e->x + (size_t)rows[r] * D, sizeof(float) * D);
     if (e->exact_head) {
-        for (int r = 0; r < n_rows; r++) rmsnorm(e->xn + (size_t)r * D, e->att + (size_t)r * D, m->norm, D, m->eps);
+        for (int r = 0; r < n_rows; r++) {
+            const float *x = e->att + (size_t)r * D;
+            const float inv = 1.0f / sqrtf(e->k->sumsq(x, D) / (float)D + m->eps);
+            e->k->norm_apply(x, inv, m->norm, e->xn + (size_t)r * D, D);
+        }
         matmul_job j = {e, 2, NULL, n_rows, m->vocab, e->xn, e->logit_buf, e->vp};
         run_matmul(e, &j);
     } else {
-        norm_quant(e, e->att, D, m->norm, D, e->dp, n_rows);
+        for (int r = 0; r < n_rows; r++) norm_quant_row(e, e->att + (size_t)r * D, m->norm, D, e->dp, r);
         matmul_job j = {e, 1, NULL, n_rows, e->vp / 16, NULL, e->logit_buf, e->vp};
+        j.xq = e->xq;
+        j.xinv = e->xinv;
         run_matmul(e, &j);
     }
     for (int r = 0; r < n_rows; r++)

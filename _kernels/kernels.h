@@ -26,6 +26,14 @@ typedef struct {
     void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float a, const float *x, float *y, int n); /* y += a * x */
+    /* elementwise, per token row (n floats) */
+    float (*sumsq)(const float *x, int n);                  /* sum x^2 */
+    float (*absmax)(const float *x, int n);                 /* max |x| (0 for n = 0) */
+    /* q = clamp(round_half_even(x * scale), -128, 127), zero padded to np; returns sum(q) */
+    int32_t (*quantize)(const float *x, int n, int np, float scale, int8_t *q);
+    void (*norm_apply)(const float *x, float inv, const float *w, float *out, int n); /* out = w * (x * inv) */
+    void (*relu2_mul)(const float *g, const float *u, float *out, int n);            /* out = max(g,0)^2 * u */
+    void (*add)(float *y, const float *x, int n);                                   /* y += x */
 } bn_kernels;
 
 extern const bn_kernels bn_kernels_portable;

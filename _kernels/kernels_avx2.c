@@ -8,6 +8,7 @@
  *   int8:    |x| x sign(w, x) so both factors fit: a pair is at most 2 * 127 * 127 = 32258 < 32767.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -165,4 +166,91 @@ static void axpy(float a, const float *x, float *y, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-const bn_kernels bn_kernels_avx2 = {"avx2", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy};
+/* in double, like the other paths (see kernels_avx512.c) */
+static float sumsq(const float *x, int n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        a0 = _mm256_fmadd_pd(lo, lo, a0);
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    __m256d a = _mm256_add_pd(a0, a1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) s += (double)x[i] * x[i];
+    return (float)s;
+}
+
+static float absmax(const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float r = _mm_cvtss_f32(h);
+    for (; i < n; i++) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        r = a > r ? a : r;
+    }
+    return r;
+}
+
+static int32_t quantize(const float *x, int n, int np, float scale, int8_t *q) {
+    const __m256 sc = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i sum = _mm256_setzero_si256();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sc), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+        sum = _mm256_add_epi32(sum, qi);
+        const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+        const __m128i w8 = _mm_packs_epi16(w16, w16);
+        _mm_storel_epi64((__m128i *)(q + i), w8);
+    }
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    int32_t s = _mm_cvtsi128_si32(s4);
+    for (; i < n; i++) {
+        float r = nearbyintf(x[i] * scale);
+        r = r > 127.0f ? 127.0f : (r < -128.0f ? -128.0f : r);
+        q[i] = (int8_t)r;
+        s += q[i];
+    }
+    for (; i < np; i++) q[i] = 0;
+    return s;
+}
+
+static void norm_apply(const float *x, float inv, const float *w, float *out, int n) {
+    const __m256 vi = _mm256_set1_ps(inv);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(x + i), vi)));
+    for (; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+static void relu2_mul(const float *g, const float *u, float *out, int n) {
+    const __m256 zero = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 r = _mm256_max_ps(_mm256_loadu_ps(g + i), zero);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(r, r), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        const float r = g[i] > 0.0f ? g[i] : 0.0f;
+        out[i] = (r * r) * u[i];
+    }
+}
+
+static void add(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+const bn_kernels bn_kernels_avx2 = {"avx2", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
+                                    sumsq, absmax, quantize, norm_apply, relu2_mul, add};

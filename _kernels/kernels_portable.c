@@ -78,4 +78,57 @@ static void axpy(float a, const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-const bn_kernels bn_kernels_portable = {"portable", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy};
+/* in double, like the SIMD paths; four chains so the adds overlap */
+static float sumsq(const float *x, int n) {
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++) acc[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++) acc[0] += (double)x[i] * x[i];
+    return (float)((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+static float absmax(const float *x, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* round half to even for |v| < 2^22 (here |v| <= 127 after the scale) without a libm call */
+static inline float round_even(float v) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    return (v + magic) - magic;
+}
+
+static int32_t quantize(const float *x, int n, int np, float scale, int8_t *q) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) {
+        float r = round_even(x[i] * scale);
+        r = r > 127.0f ? 127.0f : (r < -128.0f ? -128.0f : r);
+        q[i] = (int8_t)r;
+        s += q[i];
+    }
+    for (int i = n; i < np; i++) q[i] = 0;
+    return s;
+}
+
+static void norm_apply(const float *x, float inv, const float *w, float *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+static void relu2_mul(const float *g, const float *u, float *out, int n) {
+    for (int i = 0; i < n; i++) {
+        const float r = g[i] > 0.0f ? g[i] : 0.0f;
+        out[i] = (r * r) * u[i];
+    }
+}
+
+static void add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+const bn_kernels bn_kernels_portable = {"portable", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
+                                        sumsq, absmax, quantize, norm_apply, relu2_mul, add};

@@ -1,6 +1,6 @@
-/* A tiny persistent thread pool: the caller is thread 0, workers 1..n-1 wait for work.
- * Workers spin briefly after each job (a forward issues hundreds of jobs back to back), then sleep
- * on a condition variable so an idle engine costs no CPU. Built on pthreads: no OpenMP needed. */
+/* A tiny persistent thread pool (pthreads, no OpenMP). The caller always runs a job; idle workers
+ * join it while it is open. A job must therefore share its work through atomic counters, so that
+ * it is correct whatever number of threads end up running it (see pool.c). */
 #ifndef BITNET_POOL_H
 #define BITNET_POOL_H
 
@@ -10,7 +10,8 @@ typedef struct bn_pool bn_pool;
 bn_pool *bn_pool_create(int n_threads);
 void bn_pool_free(bn_pool *p);
 int bn_pool_size(const bn_pool *p);
-/* Run fn(arg, t, n) on every thread t = 0..n-1 and wait until all return. */
+/* Run fn(arg, t, n) on the caller (t = 0) and on every worker that joins in time (t = 1, 2, ...,
+ * distinct within a job, < n); returns once the caller's call and every joined call returned. */
 void bn_pool_run(bn_pool *p, bn_job_fn fn, void *arg);
 
 #endif
