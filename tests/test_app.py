@@ -174,6 +174,15 @@ def test_long_history_is_trimmed_with_a_notice(env):
     assert any("oldest messages were left out" in i.value for i in at.info)
 
 
+def test_a_message_longer_than_the_context_is_explained(env):
+    at = _app()
+    at.sidebar.number_input(key="max_new_tokens").set_value(8).run()
+    msg = _chat(at, "tell me about the sea " * 200)  # far beyond the 256-token context
+    assert "too long for the model" in msg["error"] and not msg["stopped"]
+    assert any("too long for the model" in e.value for e in at.error)
+    assert at.chat_input(key="chat_prompt")  # the chat goes on
+
+
 def test_compare_view_runs_both_modes(env):
     at = _app()
     at.sidebar.slider(key="temperature").set_value(0.0).run()

@@ -96,7 +96,6 @@ def _generate(loaded) -> None:
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")
             state.finish(record)
             return
-        view = None
         try:
             kept, dropped = model.trim_history(convo, params["max_new_tokens"])
             if dropped:
@@ -118,13 +117,11 @@ def _generate(loaded) -> None:
                             f"holds {exc.context}). Shorten it, lower “max new tokens”, or clear the chat.")
         except Exception as exc:  # noqa: BLE001 - shown in the chat, the app keeps running
             msg["error"] = f"The reply failed: {exc}"
-        finally:
-            if view is not None:
-                view.close()
-            elif msg.get("error") and not any(m is msg for m in messages):
+        finally:  # also after Stop: no session-state access here, only the objects fetched above
+            if not msg["done"]:
+                msg["stopped"] = not msg.get("error")  # an interrupted reply is kept, marked stopped
+            if not any(m is msg for m in messages):
                 messages.append(msg)
-            if msg.get("error") and not msg["done"]:
-                msg["stopped"] = False
             loaded.lock.release()
             state.finish(record)
     st.rerun()

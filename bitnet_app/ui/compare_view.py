@@ -88,8 +88,8 @@ def _run(loaded, second, prompt: str) -> None:
         for mode in MODES:
             if mode in events:
                 events[mode].close()
-            if mode in views:
-                views[mode].close()
+            if not result[mode]["done"]:
+                result[mode]["stopped"] = not result.get("error")
         second.lock.release()
         loaded.lock.release()
         state.finish(record)

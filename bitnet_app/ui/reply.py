@@ -1,7 +1,7 @@
 """Draw one reply from decoder events into placeholders, keeping the message dict (in session state) current.
 
 Every event updates the stored message first and then the screen, so whatever moment a Stop lands
-on, the history already holds the partial reply; `close()` (called from a `finally`) marks it stopped.
+on, the history already holds the partial reply (the caller's `finally` marks it stopped).
 """
 import streamlit as st
 
@@ -49,11 +49,6 @@ class ReplyView:
             m["content"], m["stats"], m["stop_reason"], m["done"] = ev.text, dict(ev.stats), ev.stop_reason, True
             self.text.markdown(m["content"] or "_(empty reply)_")
             self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
-
-    def close(self) -> None:
-        """After the last event or an interruption (Stop, rerun, error): never lose what was shown."""
-        if not self.msg["done"]:
-            self.msg["stopped"] = True
 
 
 def draw_stored(msg: dict) -> None:
