@@ -52,6 +52,9 @@ def _decode_params(args) -> dict:
     p = {"mode": args.mode, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
          "seed": args.seed, "top_k": args.top_k, "top_p": args.top_p,
          "repetition_penalty": args.repetition_penalty}
+    if args.mode == "diffusion":
+        p.update(block_size=args.block_size, sub_block_size=args.sub_block_size, threshold=args.threshold,
+                 attention=args.attention, dual_cache=args.dual_cache)
     return {k: v for k, v in p.items() if v is not None}
 
 
@@ -117,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int)
     g.add_argument("--top-p", type=float)
     g.add_argument("--repetition-penalty", type=float)
+    g.add_argument("--block-size", type=int, help="diffusion: slots per block (default: the checkpoint's)")
+    g.add_argument("--sub-block-size", type=int, help="diffusion: slots decoded together (default 8)")
+    g.add_argument("--threshold", type=float, help="diffusion: confidence to fill a slot, in (0, 1] (default 0.9)")
+    g.add_argument("--attention", choices=("block", "causal"), help="diffusion: attention pattern")
+    g.add_argument("--dual-cache", action="store_true", default=None,
+                   help="diffusion: re-run only the sub-block inside a block (faster, approximate for block attention)")
     form = g.add_mutually_exclusive_group()
     form.add_argument("--chat", dest="raw", action="store_false", help="wrap the prompt in the chat template (default)")
     form.add_argument("--raw", dest="raw", action="store_true", help="use the prompt text as is (BOS added)")

@@ -26,7 +26,7 @@ from .tokenizer import Tokenizer
 
 MODES = ("ar", "diffusion")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
-DIFFUSION_KEYS = ("block_size", "sub_block_size", "threshold", "attention", "mask_id")
+DIFFUSION_KEYS = ("block_size", "sub_block_size", "threshold", "attention", "mask_id", "dual_cache")
 DECODE_KEYS = ("mode", "max_new_tokens") + SAMPLING_KEYS + DIFFUSION_KEYS
 DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_SUB_BLOCK_SIZE = 8

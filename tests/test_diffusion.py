@@ -166,3 +166,20 @@ def test_mask_is_never_predicted_and_stats_are_complete(dlm):
         assert key in done.stats
     assert done.stats["tokens"] == 20 and done.stats["forwards"] == sum(isinstance(e, Step) for e in events) + \
         (done.stats["forwards"] - done.stats["steps"])
+
+
+def test_model_without_a_mask_token_still_runs_diffusion(tmp_path):
+    """No mask token: the model says it was not trained for diffusion, picks a spare id as the mask,
+    defaults to causal attention, and the leftmost floor makes threshold 1.0 equal greedy AR."""
+    from bitnet_app.model import Model
+
+    make_hf_checkpoint(tmp_path / "ck", seed=21)
+    convert_checkpoint(str(tmp_path / "ck"), str(tmp_path / "m.bitnet"))
+    model = Model.open(str(tmp_path / "m.bitnet"), lm_head="exact", threads=2)
+    assert model.trained_for_diffusion is False and model.mask_id is None
+    knobs = model.diffusion_defaults
+    assert knobs["attention"] == "causal" and knobs["mask_id"] is not None
+    ids = model.encode("the quick brown fox")
+    ar = model.complete(ids, max_new_tokens=20)
+    diff = model.complete(ids, mode="diffusion", max_new_tokens=20, threshold=1.0, dual_cache=True)
+    assert diff == ar
