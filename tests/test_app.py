@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from bitnet_app.ui import export, jobs
+from bitnet_app.ui import export, jobs, sources
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
 
@@ -223,6 +223,23 @@ def test_disk_full_is_checked_before_downloading(env, checkpoints, tmp_path):
     assert "Not enough disk space" in _all_markdown(at)
     assert "needs" in at.error[0].value and "free" in at.error[0].value
     assert not [r for r in huge.requests if r[1].endswith(".safetensors")]
+
+
+def test_offline_page_leads_to_the_bundled_demo_model(env, checkpoints, tmp_path):
+    env.setattr(sources, "DEMO_DIR", checkpoints["plain"])  # stands in for assets/demo-model
+    env.setenv("HF_HUB_OFFLINE", "1")
+    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    at = _app()
+    assert "You are offline" in _all_markdown(at)
+    assert sources.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
+    demo = [b for b in at.button if b.label == "Use the bundled demo model"][0]
+    assert not demo.disabled
+    demo.click().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="model_choice").value == sources.DEMO_LABEL
+    at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
+    assert _chat(at, "Hello")["done"]
 
 
 @pytest.mark.parametrize("case, title", [
