@@ -20,7 +20,7 @@ IS_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386", "x86"
 COMMON = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-Wall", "-Wno-unknown-pragmas"]
 COMMON += os.environ.get("BITNET_CFLAGS", "").split()  # development knob, e.g. BITNET_CFLAGS=-DBN_PROFILE
 ISA_FLAGS = {
-    "kernels_avx2.c": ["-mavx2", "-mfma"],
+    "kernels_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
     "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
 }
 GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c"]

@@ -45,9 +45,10 @@ typedef struct {
 
 typedef struct bn_engine bn_engine;
 
-/* isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
+/* exact_head: 1 = bf16 embedding as the head, 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
+ * isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
-bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, const char *isa, int ctx,
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
                             char *err, int errlen);
 void bn_engine_free(bn_engine *e);
 const char *bn_engine_isa(const bn_engine *e);

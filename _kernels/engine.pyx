@@ -30,7 +30,7 @@ cdef extern from "bitnet.h":
         bn_layer *layers
     ctypedef struct bn_engine:
         pass
-    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, const char *isa, int ctx,
+    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
                                 char *err, int errlen)
     void bn_engine_free(bn_engine *e)
     const char *bn_engine_isa(const bn_engine *e)
@@ -63,7 +63,7 @@ cdef class CEngine:
         self.e = NULL
         self.layers = NULL
 
-    def __init__(self, ef, bint exact_head, int threads, isa, int ctx):
+    def __init__(self, ef, bint exact_head, bint kv16, int threads, isa, int ctx):
         cfg = ef.config
         t = ef.tensors
         cdef bn_model m
@@ -109,7 +109,7 @@ cdef class CEngine:
                 lin.scale = <const float *>_ptr(t.get(p + name + ".scale"), f32, (_r16(n),), p + name + ".scale")
         m.layers = self.layers
         isa_b = (isa or "").encode()
-        self.e = bn_engine_create(&m, exact_head, threads, isa_b, ctx, err, sizeof(err))
+        self.e = bn_engine_create(&m, exact_head, kv16, threads, isa_b, ctx, err, sizeof(err))
         if self.e == NULL:
             raise ValueError(err.decode(errors="replace"))
         self.keep = ef
@@ -157,6 +157,8 @@ cdef extern from "kernels.h":
         void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
         void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*to_f16)(const float *x, uint16_t *h, int n) nogil
+        float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
     const bn_kernels *bn_select_kernels(const char *force)
 
 
@@ -216,3 +218,20 @@ def kernel_bf16(str isa, cnp.ndarray[uint16_t, ndim=2, mode="c"] w, cnp.ndarray[
     cdef float[:, ::1] yv = y
     k.bf16_matmul(<const uint16_t *>w.data, kk, <const float *>x.data, T, 0, n, &yv[0, 0], n)
     return y
+
+
+def kernel_to_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] x):
+    """float32 (n,) -> IEEE half bits uint16 (n,) with the KV cache's conversion."""
+    cdef const bn_kernels *k = _kernels(isa)
+    h = np.zeros(x.shape[0], dtype=np.uint16)
+    cdef uint16_t[::1] hv = h
+    if x.shape[0]:
+        k.to_f16(<const float *>x.data, &hv[0], x.shape[0])
+    return h
+
+
+def kernel_dot_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] a, cnp.ndarray[uint16_t, ndim=1, mode="c"] h):
+    cdef const bn_kernels *k = _kernels(isa)
+    if a.shape[0] != h.shape[0]:
+        raise ValueError("shape mismatch")
+    return k.dot_f16(<const float *>a.data, <const uint16_t *>h.data, a.shape[0])

@@ -45,7 +45,8 @@ struct bn_engine {
     int exact_head, ctx;
     int dp, ip, qkv_np, gu_np, vp; /* padded sizes */
     int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
-    float *k_cache, *v_cache;      /* (L, C, G*hd) */
+    int kv16;                      /* 1: the KV cache holds IEEE half (fp16), 0: float32 */
+    void *k_cache, *v_cache;       /* (L, C, G*hd) of fp16 or float32 */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
     /* scratch, sized for cap_t tokens and cap_rows logit rows */
     int cap_t, cap_rows;
@@ -186,8 +187,13 @@ static void token_stage(bn_engine *e, int l, int stage, int start, int t) {
             const int pos = start + t;
             for (int h = 0; h < m->n_heads + m->n_kv_heads; h++) rope(e, row + h * hd, pos); /* q heads, then k */
             const size_t at = ((size_t)l * e->ctx + pos) * kvd;
-            memcpy(e->k_cache + at, row + D, sizeof(float) * (size_t)kvd);
-            memcpy(e->v_cache + at, row + D + kvd, sizeof(float) * (size_t)kvd);
+            if (e->kv16) {
+                e->k->to_f16(row + D, (uint16_t *)e->k_cache + at, kvd);
+                e->k->to_f16(row + D + kvd, (uint16_t *)e->v_cache + at, kvd);
+            } else {
+                memcpy((float *)e->k_cache + at, row + D, sizeof(float) * (size_t)kvd);
+                memcpy((float *)e->v_cache + at, row + D + kvd, sizeof(float) * (size_t)kvd);
+            }
             break;
         }
         case ST_SUB_ATTN:
@@ -239,8 +245,9 @@ static void attention_worker(void *arg, int th, int nth) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, kvd = m->n_kv_heads * hd, group = m->n_heads / m->n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
-    const float *kc = e->k_cache + (size_t)j->layer * e->ctx * kvd;
-    const float *vc = e->v_cache + (size_t)j->layer * e->ctx * kvd;
+    const size_t layer_off = (size_t)j->layer * e->ctx * kvd;
+    const float *kc = (const float *)e->k_cache + layer_off, *vc = (const float *)e->v_cache + layer_off;
+    const uint16_t *kh = (const uint16_t *)e->k_cache + layer_off, *vh = (const uint16_t *)e->v_cache + layer_off;
     float *sc = e->scores + (size_t)th * group * e->ctx; /* (group, ctx) scores of this thread */
     const int pairs = j->T * m->n_kv_heads;
     for (;;) {
@@ -254,8 +261,9 @@ static void attention_worker(void *arg, int th, int nth) {
         const float *q = e->qkv + (size_t)t * e->qkv_np + (size_t)g * group * hd; /* group heads, contiguous */
         float *out = e->att + (size_t)t * m->dim + (size_t)g * group * hd;
         for (int s = 0; s < end; s++) {
-            const float *kr = kc + (size_t)s * kvd + g * hd;
-            for (int h = 0; h < group; h++) sc[(size_t)h * end + s] = e->k->dot(q + h * hd, kr, hd) * scale;
+            const size_t kr = (size_t)s * kvd + (size_t)g * hd;
+            for (int h = 0; h < group; h++)
+                sc[(size_t)h * end + s] = (e->kv16 ? e->k->dot_f16(q + h * hd, kh + kr, hd) : e->k->dot(q + h * hd, kc + kr, hd)) * scale;
         }
         for (int h = 0; h < group; h++) { /* softmax per head, in place */
             float *row = sc + (size_t)h * end, mx = -INFINITY, sum = 0.0f;
@@ -265,8 +273,11 @@ static void attention_worker(void *arg, int th, int nth) {
         }
         memset(out, 0, sizeof(float) * (size_t)group * hd);
         for (int s = 0; s < end; s++) {
-            const float *vr = vc + (size_t)s * kvd + g * hd;
-            for (int h = 0; h < group; h++) e->k->axpy(sc[(size_t)h * end + s], vr, out + h * hd, hd);
+            const size_t vr = (size_t)s * kvd + (size_t)g * hd;
+            for (int h = 0; h < group; h++) {
+                if (e->kv16) e->k->axpy_f16(sc[(size_t)h * end + s], vh + vr, out + h * hd, hd);
+                else e->k->axpy(sc[(size_t)h * end + s], vc + vr, out + h * hd, hd);
+            }
         }
     }
 }
@@ -303,7 +314,7 @@ static int grow_scratch(bn_engine *e, int T, int rows) {
     return 0;
 }
 
-bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, const char *isa, int ctx,
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
                             char *err, int errlen) {
     const bn_kernels *k = bn_select_kernels(isa);
     if (!k) {
@@ -326,6 +337,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, co
     e->m.layers = e->layers;
     e->k = k;
     e->exact_head = exact_head;
+    e->kv16 = kv16;
     e->ctx = ctx;
     e->dp = ROUND16(m->dim);
     e->ip = ROUND16(m->hidden);
@@ -334,8 +346,9 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int n_threads, co
     e->vp = ROUND16(m->vocab);
     e->xn_ld = e->dp > e->ip ? e->dp : e->ip;
     const size_t kv = (size_t)m->n_layers * ctx * m->n_kv_heads * m->head_dim;
-    e->k_cache = calloc(kv, sizeof(float)); /* calloc: untouched pages cost no memory */
-    e->v_cache = calloc(kv, sizeof(float));
+    const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
+    e->k_cache = calloc(kv, elem); /* calloc: untouched pages cost no memory */
+    e->v_cache = calloc(kv, elem);
     const int half = m->head_dim / 2;
     e->rope_cos = malloc(sizeof(float) * (size_t)ctx * half);
     e->rope_sin = malloc(sizeof(float) * (size_t)ctx * half);

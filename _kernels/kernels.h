@@ -34,6 +34,10 @@ typedef struct {
     void (*norm_apply)(const float *x, float inv, const float *w, float *out, int n); /* out = w * (x * inv) */
     void (*relu2_mul)(const float *g, const float *u, float *out, int n);            /* out = max(g,0)^2 * u */
     void (*add)(float *y, const float *x, int n);                                   /* y += x */
+    /* the fp16 KV cache: IEEE half, round to nearest even */
+    void (*to_f16)(const float *x, uint16_t *h, int n);
+    float (*dot_f16)(const float *a, const uint16_t *h, int n);
+    void (*axpy_f16)(float a, const uint16_t *h, float *y, int n); /* y += a * float(h) */
 } bn_kernels;
 
 extern const bn_kernels bn_kernels_portable;

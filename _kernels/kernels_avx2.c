@@ -252,5 +252,51 @@ static void add(float *y, const float *x, int n) {
     for (; i < n; i++) y[i] += x[i];
 }
 
+/* F16C conversions; tails go through an 8-element buffer so every value is converted the same way */
+static void to_f16(const float *x, uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (i < n) {
+        float buf[8] = {0};
+        uint16_t out[8];
+        memcpy(buf, x + i, sizeof(float) * (size_t)(n - i));
+        _mm_storeu_si128((__m128i *)out, _mm256_cvtps_ph(_mm256_loadu_ps(buf), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        memcpy(h + i, out, sizeof(uint16_t) * (size_t)(n - i));
+    }
+}
+
+static inline __m256 load_f16_tail(const uint16_t *h, int r) {
+    uint16_t buf[8] = {0};
+    memcpy(buf, h, sizeof(uint16_t) * (size_t)r);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)buf));
+}
+
+static float dot_f16(const float *a, const uint16_t *h, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), acc);
+    float s = hsum256(acc);
+    if (i < n) {
+        float hv[8];
+        _mm256_storeu_ps(hv, load_f16_tail(h + i, n - i));
+        for (int j = 0; j < n - i; j++) s += a[i + j] * hv[j];
+    }
+    return s;
+}
+
+static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), _mm256_loadu_ps(y + i)));
+    if (i < n) {
+        float hv[8];
+        _mm256_storeu_ps(hv, load_f16_tail(h + i, n - i));
+        for (int j = 0; j < n - i; j++) y[i + j] += a * hv[j];
+    }
+}
+
 const bn_kernels bn_kernels_avx2 = {"avx2", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                    sumsq, absmax, quantize, norm_apply, relu2_mul, add};
+                                    sumsq, absmax, quantize, norm_apply, relu2_mul, add,
+                                    to_f16, dot_f16, axpy_f16};

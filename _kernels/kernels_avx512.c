@@ -276,5 +276,41 @@ static void add(float *y, const float *x, int n) {
     }
 }
 
+static void to_f16(const float *x, uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(h + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm256_mask_storeu_epi16(h + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+}
+
+static inline __m512 load_f16(const uint16_t *h, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h));
+}
+
+static float dot_f16(const float *a, const uint16_t *h, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_f16(h + i, 0xFFFF), acc);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), load_f16(h + i, m), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load_f16(h + i, 0xFFFF), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, load_f16(h + i, m), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
 const bn_kernels bn_kernels_avx512 = {"avx512-vnni", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                      sumsq, absmax, quantize, norm_apply, relu2_mul, add};
+                                      sumsq, absmax, quantize, norm_apply, relu2_mul, add,
+                                      to_f16, dot_f16, axpy_f16};

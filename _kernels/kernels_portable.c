@@ -130,5 +130,54 @@ static void add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* float <-> IEEE half in plain C, rounding to nearest even like F16C's vcvtps2ph. */
+static uint16_t float_to_half(float f) {
+    union { float f; uint32_t u; } v = {f};
+    const uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7FFFFFFFu;
+    if (a >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | (a > 0x7F800000u ? 0x200u : 0)); /* inf, nan */
+    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);                                /* overflow */
+    if (a < 0x38800000u) {                                                                  /* subnormal */
+        if (a < 0x33000000u) return (uint16_t)sign;                                        /* to zero */
+        const uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u, shift = 126 - e;       /* 14..24 */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((a >> 13) - (112u << 10));                /* rebias 127 -> 15 */
+    const uint32_t rem = a & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;  /* may carry into the exponent: still right */
+    return (uint16_t)(sign | h);
+}
+
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FFu;
+    union { uint32_t u; float f; } v;
+    if (e == 0) {
+        v.f = (float)m * 5.9604644775390625e-08f; /* m * 2^-24 */
+        v.u |= sign;
+    } else if (e == 31) {
+        v.u = sign | 0x7F800000u | (m << 13);
+    } else {
+        v.u = sign | ((e + 112) << 23) | (m << 13);
+    }
+    return v.f;
+}
+
+static void to_f16(const float *x, uint16_t *h, int n) {
+    for (int i = 0; i < n; i++) h[i] = float_to_half(x[i]);
+}
+
+static float dot_f16(const float *a, const uint16_t *h, int n) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += a[i] * half_to_float(h[i]);
+    return acc;
+}
+
+static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * half_to_float(h[i]);
+}
+
 const bn_kernels bn_kernels_portable = {"portable", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                        sumsq, absmax, quantize, norm_apply, relu2_mul, add};
+                                        sumsq, absmax, quantize, norm_apply, relu2_mul, add,
+                                        to_f16, dot_f16, axpy_f16};

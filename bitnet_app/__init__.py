@@ -58,9 +58,12 @@ def _convert_cached(folder: str, progress) -> str:
 
 
 def load_model(src, *, lm_head: str = "int8", threads: int | None = None, isa: str | None = None,
-               download_progress=None, convert_progress=None):
-    """A ready Model (bitnet_app.model.Model) from an engine file, an HF checkpoint folder or a Hub repo id."""
+               kv: str | None = None, download_progress=None, convert_progress=None):
+    """A ready Model (bitnet_app.model.Model) from an engine file, an HF checkpoint folder or a Hub repo id.
+
+    lm_head "int8" (default) or "exact" (bf16); kv "f16" or "f32" (default: f32 with the exact head, so
+    that lm_head="exact" reproduces the fp32 reference, else f16)."""
     from .model import Model
 
     path = resolve_model_file(src, download_progress=download_progress, convert_progress=convert_progress)
-    return Model.open(path, lm_head=lm_head, threads=threads, isa=isa)
+    return Model.open(path, lm_head=lm_head, threads=threads, isa=isa, kv=kv)

@@ -1,6 +1,6 @@
 """The in-process engine: a converted model (EngineFile) plus a KV cache, driven by one C call per forward.
 
-    eng = Engine(EngineFile(path), lm_head="int8", threads=None, isa=None)
+    eng = Engine(EngineFile(path), lm_head="int8", threads=None, isa=None, kv=None)
     logits = eng.forward(ids, commit=True)            # (1, vocab): logits of the last token
     logits = eng.forward(ids, rows=range(len(ids)))   # (len(ids), vocab)
 
@@ -16,6 +16,10 @@ forward(tokens, *, start=None, commit=True, attention="causal", block_size=0, kv
                 reuses scratch K/V written by an earlier uncommitted call (DualCache).
     rows        batch indices whose logits are returned (default: the last one); [] returns (0, vocab).
 Returns float32 (len(rows), vocab). Bad ids or positions raise ValueError; the C call releases the GIL.
+
+lm_head "int8" (default; per-row scales, half the bytes of bf16) or "exact" (the bf16 embedding).
+kv "f16" (default with the int8 head: half the memory and attention traffic of float32) or "f32"
+(default with the exact head, so that "exact" reproduces the fp32 reference).
 """
 import os
 import threading
@@ -29,20 +33,24 @@ ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
 
 class Engine:
     def __init__(self, ef: EngineFile, *, lm_head: str = "int8", threads: int | None = None,
-                 isa: str | None = None, ctx: int | None = None):
+                 isa: str | None = None, ctx: int | None = None, kv: str | None = None):
         from . import _engine  # the compiled extension (built from _kernels/ by setup.py)
 
         if lm_head not in ("int8", "exact"):
             raise ValueError(f"lm_head must be 'int8' or 'exact', not {lm_head!r}")
+        kv = kv or ("f32" if lm_head == "exact" else "f16")
+        if kv not in ("f16", "f32"):
+            raise ValueError(f"kv must be 'f16' or 'f32', not {kv!r}")
         cfg = ef.config
         self.file = ef
         self.lm_head = lm_head
+        self.kv = kv
         self.vocab_size = int(cfg["vocab_size"])
         self.ctx = int(ctx or cfg["max_position_embeddings"])
         if threads is None:
             threads = int(os.environ.get("BITNET_THREADS", 0)) or (os.cpu_count() or 1)
         isa = isa or os.environ.get(ISA_ENV) or None
-        self._c = _engine.CEngine(ef, lm_head == "exact", int(threads), isa, self.ctx)
+        self._c = _engine.CEngine(ef, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
         self.threads = self._c.threads
         self.n_past = 0

@@ -47,9 +47,9 @@ class Model:
 
     @classmethod
     def open(cls, path: str, *, lm_head: str = "int8", threads: int | None = None,
-             isa: str | None = None) -> "Model":
+             isa: str | None = None, kv: str | None = None) -> "Model":
         ef = EngineFile(path)
-        return cls(ef, Engine(ef, lm_head=lm_head, threads=threads, isa=isa))
+        return cls(ef, Engine(ef, lm_head=lm_head, threads=threads, isa=isa, kv=kv))
 
     # ---- facts about the model -------------------------------------------------------------
     @property

@@ -75,8 +75,9 @@ class NumpyModel:
         c, s = cos[:, None, :], sin[:, None, :]
         return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
 
-    def hidden(self, ids, mask):
-        """Final hidden states (T, D) after the last norm."""
+    def hidden(self, ids, mask, kv16=False):
+        """Final hidden states (T, D) after the last norm. kv16: K and V rounded to IEEE half, as the
+        engine's fp16 KV cache stores them."""
         T = len(ids)
         x = self.embed[np.asarray(ids)].copy()
         cos, sin = self.rope_tables(T)
@@ -87,6 +88,8 @@ class NumpyModel:
             q = self.rope(qkv[:, :D].reshape(T, H, hd), cos, sin)
             k = self.rope(qkv[:, D:D + G * hd].reshape(T, G, hd), cos, sin)
             v = qkv[:, D + G * hd:].reshape(T, G, hd)
+            if kv16:
+                k, v = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
             out = np.zeros((T, H, hd), np.float32)
             for h in range(H):
                 g = h // (H // G)
@@ -103,10 +106,10 @@ class NumpyModel:
             x = x + self.linear(self.rmsnorm(hmid, lay["ffn_sub_norm"]), lay["down"])
         return self.rmsnorm(x, self.norm)
 
-    def logits(self, ids, mask=None, head="exact"):
+    def logits(self, ids, mask=None, head="exact", kv16=False):
         """(T, V) float32; head "exact" uses the bf16 embedding, "int8" the engine's int8 head."""
         mask = causal_mask(len(ids)) if mask is None else mask
-        h = self.hidden(ids, mask)
+        h = self.hidden(ids, mask, kv16)
         if head == "exact":
             return (h.astype(np.float64) @ self.embed.T.astype(np.float64)).astype(np.float32)
         q, inv = self.quant(h)

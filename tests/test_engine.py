@@ -41,14 +41,21 @@ def ids_for(ef, n, seed=0):
 
 
 @pytest.mark.parametrize("isa", PATHS)
-@pytest.mark.parametrize("head", ["exact", "int8"])
-def test_forward_matches_numpy_reference(tiny, isa, head):
+@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16"), ("int8", "f32"), ("exact", "f16")])
+def test_forward_matches_numpy_reference(tiny, isa, head, kv):
     ef, ref = tiny
     ids = ids_for(ef, 21)
-    eng = Engine(ef, lm_head=head, isa=isa, threads=2)
-    assert eng.isa.startswith(isa)
+    eng = Engine(ef, lm_head=head, isa=isa, threads=2, kv=kv)
+    assert eng.isa.startswith(isa) and eng.kv == kv
     out = eng.forward(ids, rows=range(len(ids)))
-    assert agrees(out, ref.logits(ids, head=head))
+    assert agrees(out, ref.logits(ids, head=head, kv16=kv == "f16"))
+
+
+def test_kv_precision_defaults_follow_the_head(tiny):
+    ef, _ = tiny
+    assert Engine(ef, lm_head="exact").kv == "f32" and Engine(ef).kv == "f16"
+    with pytest.raises(ValueError, match="kv must be"):
+        Engine(ef, kv="bf16")
 
 
 @pytest.mark.parametrize("isa", PATHS)

@@ -82,3 +82,23 @@ def test_bf16_matmul_matches_numpy(isa, N, K, T):
 def test_unknown_path_is_a_clear_error():
     with pytest.raises(ValueError, match="not supported"):
         _engine.kernel_name("sse9")
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # the out-of-range values are the point
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("n", [1, 7, 16, 37, 128])
+def test_fp16_conversion_matches_numpy(isa, n):
+    """The KV cache's float -> half rounding (nearest even, subnormals, overflow) is numpy's on every path."""
+    rng = np.random.default_rng(n)
+    special = np.array([0.0, -0.0, 65504.0, 65520.0, 1e6, -1e6, 6e-8, 2.98e-8, 1e-9, 6.1e-5, 1 + 2 ** -11,
+                        1 + 3 * 2 ** -11, np.inf, -np.inf], np.float32)
+    x = np.concatenate([rng.standard_normal(n).astype(np.float32) * 10 ** rng.uniform(-8, 5, n).astype(np.float32),
+                        special])
+    h = _engine.kernel_to_f16(isa, x)
+    np.testing.assert_array_equal(h, x.astype(np.float16).view(np.uint16))
+    # and back, inside a dot product and an axpy
+    y = rng.standard_normal(len(x)).astype(np.float32)
+    finite = np.isfinite(x.astype(np.float16))
+    back = x.astype(np.float16).astype(np.float64)
+    d = _engine.kernel_dot_f16(isa, y[finite], h[finite])
+    np.testing.assert_allclose(d, float(y[finite].astype(np.float64) @ back[finite]), rtol=1e-5, atol=1e-3)
