@@ -73,28 +73,91 @@ class _Reply:
     def context(self):
         return self.prompt + self.ids
 
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+
+class _Run:
+    """One reply: the engine calls, the block bookkeeping and the figures (work time excludes yields)."""
+
+    def __init__(self, engine, prompt, sampler, reply, B, S, threshold, attention, mask, dual_cache, kv_ids):
+        self.engine, self.prompt, self.sampler, self.reply = engine, prompt, sampler, reply
+        self.B, self.S, self.threshold, self.attention, self.mask = B, S, threshold, attention, mask
+        self.causal = attention == "causal"
+        self.dual_cache, self.kv_ids = dual_cache, kv_ids
+        self.forwards = self.steps = 0
+        self.busy = self.ttft = 0.0
+
+    def forward(self, tokens, start, commit, rows, kv_end=None):
+        self.forwards += 1
+        logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
+                                     block_size=self.B, kv_end=kv_end, rows=rows)
+        if commit and self.kv_ids is not None:
+            del self.kv_ids[start:]
+            self.kv_ids.extend(tokens)
+        return logits
+
+    def sample_one(self, logits_row) -> int:
+        return int(self.sampler(logits_row, self.reply.context)[0])
+
+    def first_block(self) -> tuple[int, list[int], int]:
+        """Commit the prompt's whole blocks; return (start, known ids, how many of them are prompt) of the
+        first block to decode: the prompt's tail, or, when the prompt ends on a block boundary, the token
+        its last row predicts."""
+        n_full = len(self.prompt) // self.B * self.B
+        if n_full:
+            logits = self.forward(self.prompt[:n_full], 0, True, [n_full - 1])
+            if n_full == len(self.prompt):
+                return n_full, [self.sample_one(logits[0])], 0
+        tail = list(self.prompt[n_full:])
+        return n_full, tail, len(tail)
+
+    def step(self, block, block_start, lo, hi, first_step) -> list[int]:
+        """One denoising forward for the sub-block [lo, hi); fills slots in place, returns which."""
+        masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
+        rows = [j - 1 for j in masked]                                  # token shift
+        if self.dual_cache and not first_step:
+            q0 = max(lo - 1, 0)  # only the sub-block's query rows lo-1 .. hi-2, against the block's scratch K/V
+            logits = self.forward(block[q0:hi - 1], block_start + q0, False, [r - q0 for r in rows],
+                                  kv_end=block_start + len(block))
+        else:
+            logits = self.forward(block, block_start, False, rows)
+        self.steps += 1
+        tokens, probs = self.sampler(logits, self.reply.context)
+        fill = _choose(masked, np.asarray(probs), self.threshold, self.causal)
+        for j in fill:
+            block[j] = int(tokens[masked.index(j)])
+        return fill
+
+    def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
+        """Token events for the block's slots that became final in order, from slot `emitted` on."""
+        events = []
+        while emitted < len(block) and block[emitted] != self.mask and not self.reply.done:
+            ev = self.reply.resolve(block[emitted])
+            emitted += 1
+            if ev is not None:
+                events.append(ev)
+        return emitted, events
+
+    def emit(self, events):
+        for ev in events:
+            if isinstance(ev, Token) and not self.ttft:
+                self.ttft = self.busy
+            yield ev
+
 
 def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = 256, detokenizer=None,
                        kv_ids: list | None = None, block_size: int = 32, sub_block_size: int = 8,
                        threshold: float = 0.9, attention: str = "block", mask_id=None, dual_cache: bool = False):
     prompt = [int(i) for i in prompt_ids]
-    B, S, thr, mask = int(block_size), int(sub_block_size), float(threshold), mask_id
-    check_knobs(engine.vocab_size, B, S, thr, attention, mask)
-    mask = int(mask)
+    B, S, thr = int(block_size), int(sub_block_size), float(threshold)
+    check_knobs(engine.vocab_size, B, S, thr, attention, mask_id)
     check_prompt_fits(len(prompt), engine.ctx)
-    causal = attention == "causal"
     budget = min(int(max_new_tokens), engine.ctx - len(prompt))
     reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
-
-    clock = time.perf_counter
-    busy = ttft = 0.0
-    forwards = steps = 0
-
-    def run(tokens, start, commit, rows, kv_end=None):
-        nonlocal forwards
-        forwards += 1
-        return engine.forward(tokens, start=start, commit=commit, attention=attention, block_size=B,
-                              kv_end=kv_end, rows=rows)
+    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, int(mask_id), dual_cache, kv_ids)
+    mask, clock = run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.
     engine.reset()
@@ -105,114 +168,53 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
             reason = STOP_LENGTH if max_new_tokens <= 0 else STOP_CONTEXT
             yield Done(_stats(0, 0, 0, 0.0, 0.0, len(prompt)), reason, "", [])
             return
-
-        # Prefill: the prompt's whole blocks, committed.
         t = clock()
-        n_full = len(prompt) // B * B
-        first = None
-        if n_full:
-            logits = run(prompt[:n_full], 0, True, [n_full - 1])
-            if kv_ids is not None:
-                kv_ids.extend(prompt[:n_full])
-            if n_full == len(prompt):  # the prompt ends on a block boundary: its last row predicts slot 0
-                first = _sample_one(sampler, logits[0], reply.context)
-        busy += clock() - t
-
-        block_start = n_full
-        known = prompt[n_full:] if first is None else [first]
-        n_prompt_slots = len(prompt) - n_full  # slots of this block that belong to the prompt
-        while True:
+        block_start, known, prompt_slots = run.first_block()
+        run.busy += clock() - t
+        while not reply.done:
+            # the block: known ids, then masks up to B (fewer at the end of the budget or the context)
             t = clock()
-            # block slots: known ids, then masks up to B (fewer at the end of the budget or context)
             room = min(B, engine.ctx - block_start, len(prompt) + budget - block_start)
             block = known + [mask] * max(room - len(known), 0)
-            events = []
-            for i in range(n_prompt_slots, len(known)):  # the predicted first slot is resolved already
-                ev = reply.resolve(block[i])
-                if ev is not None:
-                    events.append(ev)
-            emitted = len(known)
-            busy += clock() - t
-            for ev in events:
-                if not ttft:
-                    ttft = busy
-                yield ev
-            if reply.stop_reason is not None:
-                break
-
-            # Sub-blocks left to right, each until it has no masks.
-            for lo in range(0, len(block), S):
-                hi = min(lo + S, len(block))
+            emitted, events = run.resolve_prefix(block, prompt_slots)  # a predicted first slot is final already
+            run.busy += clock() - t
+            yield from run.emit(events)
+            for lo in range(0, len(block), S):  # sub-blocks left to right, each until it has no masks
                 first_step = True
-                while any(block[j] == mask for j in range(lo, hi)):
+                while not reply.done and mask in block[lo:lo + S]:
                     t = clock()
-                    masked = [j for j in range(lo, hi) if block[j] == mask]  # j >= 1: slot 0 is always known
-                    rows = [j - 1 for j in masked]
-                    if dual_cache and not first_step:
-                        q0 = max(lo - 1, 0)                              # queries: rows lo-1 .. hi-2
-                        logits = run(block[q0:hi - 1], block_start + q0, False, [r - q0 for r in rows],
-                                     kv_end=block_start + len(block))
-                    else:
-                        logits = run(block, block_start, False, rows)
+                    fill = run.step(block, block_start, lo, min(lo + S, len(block)), first_step)
                     first_step = False
-                    steps += 1
-                    tokens, probs = sampler(logits, reply.context)
-                    fill = _choose(masked, np.asarray(probs), thr, causal)
-                    for j in fill:
-                        block[j] = int(tokens[masked.index(j)])
-                    # stream the resolved prefix
-                    events = []
-                    while emitted < len(block) and block[emitted] != mask and reply.stop_reason is None:
-                        ev = reply.resolve(block[emitted])
-                        emitted += 1
-                        if ev is not None:
-                            events.append(ev)
-                    busy += clock() - t
+                    emitted, events = run.resolve_prefix(block, emitted)
+                    run.busy += clock() - t
                     yield Step(block_start, tuple(block), tuple(fill), mask)
-                    for ev in events:
-                        if not ttft:
-                            ttft = busy
-                        yield ev
-                    if reply.stop_reason is not None:
-                        break
-                if reply.stop_reason is not None:
-                    break
-            if reply.stop_reason is not None:
+                    yield from run.emit(events)
+            if reply.done:
                 break
-
-            # The block is complete: commit its K/V from its final ids; the last row predicts the next slot.
+            # The block is complete: commit its K/V from its final ids; its last row predicts the next slot.
             t = clock()
-            logits = run(block, block_start, True, [len(block) - 1])
-            if kv_ids is not None:
-                kv_ids.extend(block)  # (cleared at the end: these K/V used the diffusion attention pattern)
-            block_start += len(block)
-            n_prompt_slots = 0
-            known = [_sample_one(sampler, logits[0], reply.context)]
-            busy += clock() - t
+            logits = run.forward(block, block_start, True, [len(block) - 1])
+            block_start, known, prompt_slots = block_start + len(block), [run.sample_one(logits[0])], 0
+            run.busy += clock() - t
             if block_start >= engine.ctx:
                 reply.stop_reason = STOP_CONTEXT
-                break
 
         t = clock()
+        text = ""
         if detokenizer is not None:
             detokenizer.flush()
             text = detokenizer.text
-        else:
-            text = ""
-        busy += clock() - t
+        run.busy += clock() - t
         reason = reply.stop_reason
         if reason == "budget":
             reason = STOP_LENGTH if len(reply.ids) >= max_new_tokens else STOP_CONTEXT
-        yield Done(_stats(len(reply.ids), forwards, steps, busy, ttft, len(prompt)), reason, text, list(reply.ids))
+        stats = _stats(len(reply.ids), run.forwards, run.steps, run.busy, run.ttft, len(prompt))
+        yield Done(stats, reason, text, list(reply.ids))
     finally:
         # an AR turn must not reuse K/V computed with the diffusion pattern
         engine.reset()
         if kv_ids is not None:
             kv_ids.clear()
-
-
-def _sample_one(sampler, logits_row, context) -> int:
-    return int(sampler(logits_row, context)[0])
 
 
 def _choose(masked: list[int], probs: np.ndarray, threshold: float, causal: bool) -> list[int]:
