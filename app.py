@@ -1,7 +1,7 @@
 """BitNet chat: `streamlit run app.py`. The page only draws; bitnet_app does the work."""
 import streamlit as st
 
-from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, state, style
+from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, sources, state, style
 
 st.set_page_config(page_title="BitNet chat", page_icon=":material/bolt:", layout="wide",
                    initial_sidebar_state="expanded")
@@ -13,10 +13,13 @@ source = sidebar.model_picker(busy)
 if source is None:
     st.info("Type a Hub repo id (owner/name) or a checkpoint folder in the sidebar to begin.")
     st.stop()
-try:
-    loaded = loading.ensure_model(source, int(st.session_state.threads))
+try:  # a Hub model that cannot be downloaded for want of a network opens the bundled demo model instead
+    loaded, fell_back = loading.ensure_model_or_demo(source, int(st.session_state.threads))
 except loading.LoadFailure as failure:
     first_run.show_failure(failure, source.label)
+if fell_back is not None:
+    first_run.show_fallback(fell_back, source.label, busy)
+model_label = sources.DEMO_LABEL if fell_back is not None else source.label
 
 model = loaded.model
 if st.session_state.get("engine_path") != loaded.path:  # another model: free the compare view's second engine
@@ -24,7 +27,7 @@ if st.session_state.get("engine_path") != loaded.path:  # another model: free th
     st.session_state.engine_path = loaded.path
 state.seed_from_model(model, loaded.path)
 sidebar.settings(model, busy)
-sidebar.chat_actions(source.label, busy)
+sidebar.chat_actions(model_label, busy)
 sidebar.model_info(model)
 if str(model.info().get("isa")).lower() == "portable":
     st.warning("This CPU has no AVX2, so the engine runs its portable C kernels: replies will be slow.",

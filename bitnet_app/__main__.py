@@ -7,6 +7,10 @@
                                   [--lm-head int8|exact] [--threads N]
     python -m bitnet_app bench (--model M | --synthetic 2b4t) [--json] [--threads N] [--isa ISA]
 
+M is an engine file, a checkpoint folder, a Hub repo id, or `demo`: the bundled demo model
+(bitnet_app.demo). A Hub repo that cannot be downloaded because the Hub is out of reach (offline mode,
+no network) falls back to the demo model with a one-line notice on stderr, when the demo model exists.
+
 generate streams the reply to stdout and writes the stats to stderr. A user error (missing file,
 bad checkpoint, prompt too long, no network...) prints one line to stderr and exits with status 2.
 """
@@ -32,14 +36,48 @@ def _download_printer(p):
     print(f"download: {100 * p.fraction:5.1f}% {p.file}", file=sys.stderr, flush=True)
 
 
+def _demo_dir() -> str:
+    """The bundled demo model's folder (`--model demo`), or a clear error."""
+    from . import ModelNotFound
+    from .demo import demo_model_dir, missing_message
+
+    folder = demo_model_dir()
+    if folder is None:
+        raise ModelNotFound(missing_message())
+    return folder
+
+
+def _model_file(name: str) -> str:
+    """The engine file for --model: "demo" is the bundled demo model; a Hub repo that cannot be downloaded
+    because the Hub is out of reach (offline mode, no network) falls back to it, with a notice."""
+    from . import resolve_model_file
+    from .demo import NAME, demo_model_dir
+    from .hub import UNREACHABLE, HubError
+
+    progress = dict(download_progress=_download_printer, convert_progress=_progress_printer("convert"))
+    if name == NAME:
+        return resolve_model_file(_demo_dir(), **progress)
+    try:
+        return resolve_model_file(name, **progress)
+    except HubError as exc:
+        demo = demo_model_dir()
+        if exc.kind not in UNREACHABLE or demo is None:
+            raise
+        why = "offline mode is on" if exc.kind == "offline" else "the Hugging Face Hub cannot be reached"
+        print(f"notice: {name} cannot be downloaded ({why}); using the bundled demo model ({demo}) instead",
+              file=sys.stderr, flush=True)
+        return resolve_model_file(demo, **progress)
+
+
 def cmd_convert(args) -> int:
     import os
 
     from . import hub
     from .cache import converted_path
     from .convert import convert_checkpoint
+    from .demo import NAME
 
-    src = args.src
+    src = _demo_dir() if args.src == NAME else args.src
     if not os.path.exists(src) and hub.is_repo_id(src):
         src = hub.download_checkpoint(src, progress=_download_printer)
     out = args.out or converted_path(src)
@@ -59,11 +97,10 @@ def _decode_params(args) -> dict:
 
 
 def cmd_generate(args) -> int:
-    from . import load_model
     from .decode.events import Done, Token
+    from .model import Model
 
-    model = load_model(args.model, lm_head=args.lm_head, threads=args.threads,
-                       download_progress=_download_printer, convert_progress=_progress_printer("convert"))
+    model = Model.open(_model_file(args.model), lm_head=args.lm_head, threads=args.threads)
     if args.raw:
         ids = model.encode(args.prompt)
     else:
@@ -84,7 +121,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from . import resolve_model_file
     from .bench import format_report, run_bench, synthetic_file
 
     if args.synthetic:
@@ -92,12 +128,15 @@ def cmd_bench(args) -> int:
               file=sys.stderr, flush=True)
         path = synthetic_file(args.synthetic)
     else:
-        path = resolve_model_file(args.model, download_progress=_download_printer,
-                                  convert_progress=_progress_printer("convert"))
+        path = _model_file(args.model)
     report = run_bench(path, threads=args.threads, isa=args.isa, lm_head=args.lm_head, repeats=args.repeats,
                        progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
+
+
+MODEL_HELP = ("engine file, checkpoint folder, Hub repo id, or 'demo' (the bundled demo model; also used, with a "
+              "notice, when a Hub repo cannot be downloaded for want of a network)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,12 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("convert", help="convert a Hugging Face BitNet checkpoint folder into an engine file")
-    c.add_argument("src", help="checkpoint folder (config.json, tokenizer.json, *.safetensors) or Hub repo id")
+    c.add_argument("src", help="checkpoint folder (config.json, tokenizer.json, *.safetensors), Hub repo id, or "
+                                       "'demo' (the bundled demo model)")
     c.add_argument("--out", help="engine file to write (default: the cache folder; the path is printed)")
     c.set_defaults(func=cmd_convert)
 
     g = sub.add_parser("generate", help="generate a reply, streamed to stdout")
-    g.add_argument("--model", required=True, help="engine file, checkpoint folder or Hub repo id")
+    g.add_argument("--model", required=True, help=MODEL_HELP)
     g.add_argument("--prompt", required=True)
     g.add_argument("--mode", choices=("ar", "diffusion"), default="ar")
     g.add_argument("--max-new-tokens", type=int, default=128)
@@ -136,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="engine speed: tg128, pp128, block forwards, bytes per token")
     src = b.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="engine file, checkpoint folder or Hub repo id")
+    src.add_argument("--model", help=MODEL_HELP)
     src.add_argument("--synthetic", choices=("2b4t", "tiny"), help="random weights of a named shape")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
     b.add_argument("--threads", type=int)

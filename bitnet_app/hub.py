@@ -40,6 +40,11 @@ _OFFLINE_HINT = ("Choose \"Demo model (bundled, offline)\" in the model picker, 
                  "on this computer, or connect to the internet and retry.")
 
 
+# Kinds that mean "the Hub cannot be reached from here" (rather than a problem with the repository): the
+# app and the CLI fall back to the bundled demo model on these.
+UNREACHABLE = frozenset({"offline", "network"})
+
+
 class HubError(RuntimeError):
     """A download problem explained for people: `.kind` is a short code, str(self) the full message."""
 

@@ -6,11 +6,13 @@ converts, loads and chats; caches live in tmp folders per test module.
 import json
 import os
 import shutil
+import socket
 
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from bitnet_app import hub
 from bitnet_app.ui import export, jobs, sources
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
@@ -64,6 +66,8 @@ def env(monkeypatch, fake_hub, caches):
     monkeypatch.setenv("BITNET_APP_MODEL", REPO)
     monkeypatch.setenv("BITNET_THREADS", "1")  # 2 shared cores: a spinning second worker only slows tests
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    # No demo model unless a test provides one (assets/demo-model must not change what these tests see).
+    monkeypatch.setenv("BITNET_DEMO_MODEL", os.path.join(caches["engines"], "no-demo-model-here"))
     st.cache_resource.clear()  # cached engines outlive AppTest instances
     jobs.forget_failed()
     yield monkeypatch
@@ -225,13 +229,12 @@ def test_disk_full_is_checked_before_downloading(env, checkpoints, tmp_path):
     assert not [r for r in huge.requests if r[1].endswith(".safetensors")]
 
 
-def test_offline_page_leads_to_the_bundled_demo_model(env, checkpoints, tmp_path):
-    env.setattr(sources, "DEMO_DIR", checkpoints["plain"])  # stands in for assets/demo-model
-    env.setenv("HF_HUB_OFFLINE", "1")
-    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+def test_error_page_leads_to_the_bundled_demo_model(env, checkpoints, tmp_path):
+    env.setenv("BITNET_APP_MODEL", "org/missing")  # not found: no automatic fallback, the page offers the demo
+    env.setenv("BITNET_DEMO_MODEL", checkpoints["plain"])  # stands in for assets/demo-model
     env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
     at = _app()
-    assert "You are offline" in _all_markdown(at)
+    assert "That model was not found" in _all_markdown(at)
     assert sources.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
     demo = [b for b in at.button if b.label == "Use the bundled demo model"][0]
     assert not demo.disabled
@@ -276,3 +279,62 @@ def test_error_pages_explain_what_to_do(env, checkpoints, case, title, tmp_path)
     assert not at.chat_input  # no chat without a model
     if case in ("offline", "no_network"):
         assert "Demo model" in at.error[0].value
+
+
+def _closed_port() -> int:
+    """A loopback port with nothing listening on it: connections are refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _notice(at) -> str:
+    return "\n".join(w.value for w in at.warning if "could not be downloaded" in w.value)
+
+
+@pytest.mark.parametrize("how", ["hub_unreachable", "offline_mode"])
+def test_default_model_out_of_reach_opens_the_demo_model_with_a_notice(env, checkpoints, tmp_path, how):
+    env.delenv("BITNET_APP_MODEL")  # the default model, microsoft/bitnet-b1.58-2B-4T
+    env.setenv("BITNET_DEMO_MODEL", checkpoints["dlm"])  # stands in for assets/demo-model
+    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    if how == "offline_mode":
+        env.setenv("HF_HUB_OFFLINE", "1")
+    else:
+        env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    at = _app()
+    assert at.sidebar.selectbox(key="model_choice").value == hub.DEFAULT_REPO  # the choice is kept
+    notice = _notice(at)
+    assert hub.DEFAULT_REPO in notice and "bundled demo model is shown instead" in notice
+    assert ("offline mode is on" if how == "offline_mode" else "cannot be reached") in notice
+    assert not at.error  # no error page: the demo model is open and chats
+    assert "Diffusion-trained:** yes" in [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
+    at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
+    msg = _chat(at, "Hello")
+    assert msg["done"] and msg["stats"]["tokens"] > 0
+    assert _notice(at)  # the notice stays while the demo model stands in
+
+    at.button(key="fallback_retry").click().run()  # tries the download again: still out of reach
+    assert not at.exception, at.exception
+    assert _notice(at) and at.chat_input(key="chat_prompt")
+    assert len(at.session_state["messages"]) == 2  # the chat is kept
+
+    at.button(key="fallback_keep").click().run()
+    assert at.sidebar.selectbox(key="model_choice").value == sources.DEMO_LABEL
+    assert not _notice(at) and at.chat_input(key="chat_prompt")
+
+
+def test_pick_another_model_from_the_notice(env, checkpoints, tmp_path):
+    env.setenv("BITNET_APP_MODEL", "org/not-on-this-hub")
+    env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    env.setenv("BITNET_DEMO_MODEL", checkpoints["dlm"])
+    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    at = _app()
+    assert "org/not-on-this-hub could not be downloaded" in _notice(at)
+    at.button(key="fallback_other").click().run()
+    assert at.sidebar.selectbox(key="model_choice").value == sources.CUSTOM_LABEL
+    at.sidebar.text_input(key="custom_source").set_value(checkpoints["plain"]).run()
+    assert not at.exception, at.exception
+    assert not _notice(at) and at.chat_input(key="chat_prompt")
+    assert "Diffusion-trained:** no" in [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]

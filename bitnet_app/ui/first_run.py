@@ -1,4 +1,8 @@
-"""The page shown when a model cannot be opened: what happened, in words, and what to do next."""
+"""When a model cannot be opened: what happened, in words, and what to do next.
+
+show_failure: a page of its own (no model). show_fallback: the notice above the chat when the chosen Hub
+model could not be downloaded for want of a network and the bundled demo model was opened instead.
+"""
 import streamlit as st
 
 from . import jobs
@@ -22,6 +26,11 @@ def _use_demo():
 
 
 def _retry():
+    jobs.forget_failed()
+
+
+def _pick_another():
+    st.session_state.model_choice = CUSTOM_LABEL
     jobs.forget_failed()
 
 
@@ -59,3 +68,31 @@ def show_failure(failure, source_label: str) -> None:
         with st.expander("Technical details"):
             st.code(failure.trace, language="text")
     st.stop()
+
+
+FALLBACK_REASONS = {
+    "offline": "offline mode is on (HF_HUB_OFFLINE) and it is not on this computer yet",
+    "network": "the Hugging Face Hub cannot be reached (no network connection, or the Hub is down)",
+}
+
+
+def show_fallback(failure, wanted_label: str, busy: bool) -> None:
+    """The notice at the top of the page while the demo model stands in for `wanted_label` (its buttons are
+    drawn disabled while a reply streams)."""
+    reason = FALLBACK_REASONS.get(failure.kind, FALLBACK_REASONS["network"])
+    with st.container(border=True, key="fallback_notice"):
+        st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The bundled demo model is shown "
+                   "instead: a tiny model that ships with the app and runs offline, so expect simple replies.",
+                   icon=":material/cloud_off:")
+        cols = st.columns([1, 1, 1, 2], vertical_alignment="center")
+        cols[0].button("Retry the download", on_click=_retry, icon=":material/refresh:", width="stretch",
+                       key="fallback_retry", disabled=busy,
+                       help=f"Try to download {wanted_label} again, for example after reconnecting.")
+        cols[1].button("Keep the demo model", on_click=_use_demo, icon=":material/offline_bolt:", width="stretch",
+                       key="fallback_keep", disabled=busy,
+                       help="Choose the demo model in the picker, and hide this notice.")
+        cols[2].button("Pick another model", on_click=_pick_another, icon=":material/swap_horiz:",
+                       width="stretch", key="fallback_other", disabled=busy,
+                       help="Type another Hub repo id or a checkpoint folder on this computer in the sidebar.")
+        with cols[3].popover("Details", icon=":material/info:"):
+            st.caption(str(failure))

@@ -49,6 +49,13 @@ def run(key: str, fn) -> Job:
         return job
 
 
+def failed(key: str) -> Job | None:
+    """The finished, failed job for `key` (kept until forget / forget_failed), or None."""
+    with _lock:
+        job = _jobs.get(key)
+        return job if job is not None and not job.running and job.error is not None else None
+
+
 def forget(key: str) -> None:
     with _lock:
         job = _jobs.get(key)

@@ -13,7 +13,7 @@ import streamlit as st
 from .. import hub
 from ..cache import converted_path
 from . import jobs
-from .sources import Source
+from .sources import Source, demo_available, demo_source
 
 POLL_S = 0.25
 
@@ -80,18 +80,43 @@ def engine_bytes_estimate(folder: str) -> int:
     return 3 * v * d + ternary // 4 + (16 << 20)
 
 
-def ensure_model(source: Source, threads: int) -> Loaded:
+def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset()) -> Loaded:
     """The loaded model for `source`, drawing download and conversion progress on the way (the progress
-    is cleared once the model is ready; a failure leaves it on the page above the explanation)."""
+    is cleared once the model is ready; a failure leaves it on the page above the explanation, unless
+    its kind is in `clear_on`)."""
     holder = st.empty()
     work: list[str] = []
-    with holder.container():
-        loaded = _ensure(source, threads, work)
+    try:
+        with holder.container():
+            loaded = _ensure(source, threads, work)
+    except LoadFailure as failure:
+        if failure.kind in clear_on:
+            holder.empty()
+        raise
     holder.empty()
     if work:
         st.toast(f"{source.label} is ready ({' and '.join(work)}). Next time it opens straight into chat.",
                  icon=":material/check_circle:")
     return loaded
+
+
+def ensure_model_or_demo(source: Source, threads: int) -> tuple[Loaded, LoadFailure | None]:
+    """ensure_model, except that a Hub repo which cannot be downloaded because the Hub is out of reach
+    (offline mode, no network, Hub down) opens the bundled demo model instead, when there is one.
+    Returns (loaded, the failure that caused the switch, or None). A failed download is not retried on
+    every rerun: it stays failed (and the demo model stays open) until Retry forgets it."""
+    if source.kind != "hub" or not demo_available():
+        return ensure_model(source, threads), None
+    job = jobs.failed(_download_key(source.target))
+    failure = _failure(job) if job is not None else None
+    if failure is None or failure.kind not in hub.UNREACHABLE:
+        try:
+            return ensure_model(source, threads, clear_on=hub.UNREACHABLE), None
+        except LoadFailure as exc:
+            if exc.kind not in hub.UNREACHABLE:
+                raise
+            failure = exc
+    return ensure_model(demo_source(), threads), failure
 
 
 def _ensure(source: Source, threads: int, work: list) -> Loaded:
@@ -141,11 +166,19 @@ def _wait(job: jobs.Job, draw) -> object:
     if job.progress is not None:
         draw(job.progress)
     if job.error is not None:
-        err = job.error
-        kind = getattr(err, "kind", None) or ("bad_checkpoint" if isinstance(err, ValueError) else "error")
-        raise LoadFailure(kind, str(err), job.trace)
+        raise _failure(job)
     jobs.forget(job.key)
     return job.result
+
+
+def _failure(job: jobs.Job) -> LoadFailure:
+    err = job.error
+    kind = getattr(err, "kind", None) or ("bad_checkpoint" if isinstance(err, ValueError) else "error")
+    return LoadFailure(kind, str(err), job.trace)
+
+
+def _download_key(repo_id: str) -> str:
+    return f"download:{repo_id}"
 
 
 def _eta_text(seconds: float | None) -> str:
@@ -178,7 +211,7 @@ def _download(repo_id: str) -> str:
         line.caption(f"{speed} · {_eta_text(p.eta)} · file {min(p.files_done + 1, p.files_total)} of "
                      f"{p.files_total}{current}")
 
-    job = jobs.run(f"download:{repo_id}", lambda report: hub.download_checkpoint(repo_id, progress=report))
+    job = jobs.run(_download_key(repo_id), lambda report: hub.download_checkpoint(repo_id, progress=report))
     try:
         folder = _wait(job, draw)
     except LoadFailure:

@@ -2,13 +2,12 @@
 import os
 from dataclasses import dataclass
 
+from ..demo import PACKAGE_DEMO, demo_model_dir
 from ..hub import DEFAULT_REPO, is_repo_id
 
 BF16_REPO = DEFAULT_REPO + "-bf16"
 DEMO_LABEL = "Demo model (bundled, offline)"
 CUSTOM_LABEL = "Another Hub repo or local folder…"
-DEMO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "assets", "demo-model")
 MODEL_ENV = "BITNET_APP_MODEL"  # preselects a repo id or folder (also handy for scripted demos and tests)
 
 DESCRIPTIONS = {
@@ -30,7 +29,12 @@ class Source:
 
 
 def demo_available() -> bool:
-    return os.path.isfile(os.path.join(DEMO_DIR, "config.json"))
+    return demo_model_dir() is not None
+
+
+def demo_source() -> Source:
+    """The bundled demo model (when it is missing, the folder check explains that)."""
+    return Source(DEMO_LABEL, "folder", demo_model_dir() or PACKAGE_DEMO)
 
 
 def choices() -> list[str]:
@@ -51,7 +55,7 @@ def default_choice() -> str:
 def resolve(label: str, custom: str = "") -> Source | None:
     """The Source behind a picker label (None while "custom" is chosen but empty)."""
     if label == DEMO_LABEL:
-        return Source(label, "folder", DEMO_DIR)
+        return demo_source()
     text = (custom if label == CUSTOM_LABEL else label).strip()
     if not text:
         return None
