@@ -84,15 +84,13 @@ def show_fallback(failure, wanted_label: str, busy: bool) -> None:
         st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The bundled demo model is shown "
                    "instead: a tiny model that ships with the app and runs offline, so expect simple replies.",
                    icon=":material/cloud_off:")
-        cols = st.columns([1, 1, 1, 2], vertical_alignment="center")
-        cols[0].button("Retry the download", on_click=_retry, icon=":material/refresh:", width="stretch",
-                       key="fallback_retry", disabled=busy,
-                       help=f"Try to download {wanted_label} again, for example after reconnecting.")
-        cols[1].button("Keep the demo model", on_click=_use_demo, icon=":material/offline_bolt:", width="stretch",
-                       key="fallback_keep", disabled=busy,
-                       help="Choose the demo model in the picker, and hide this notice.")
-        cols[2].button("Pick another model", on_click=_pick_another, icon=":material/swap_horiz:",
-                       width="stretch", key="fallback_other", disabled=busy,
-                       help="Type another Hub repo id or a checkpoint folder on this computer in the sidebar.")
-        with cols[3].popover("Details", icon=":material/info:"):
+        row = st.container(horizontal=True, vertical_alignment="center")
+        row.button("Retry the download", on_click=_retry, icon=":material/refresh:", key="fallback_retry",
+                   disabled=busy, help=f"Try to download {wanted_label} again, for example after reconnecting.")
+        row.button("Keep the demo model", on_click=_use_demo, icon=":material/offline_bolt:", key="fallback_keep",
+                   disabled=busy, help="Choose the demo model in the picker, and hide this notice.")
+        row.button("Pick another model", on_click=_pick_another, icon=":material/swap_horiz:", key="fallback_other",
+                   disabled=busy, help="Type another Hub repo id, or a checkpoint folder on this computer, in the "
+                                       "sidebar.")
+        with row.popover("Details", icon=":material/info:"):
             st.caption(str(failure))
