@@ -7,13 +7,14 @@ import json
 import os
 import shutil
 import socket
+import time
 
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from bitnet_app import hub
-from bitnet_app.ui import export, jobs, sources
+from bitnet_app.ui import export, jobs, reply, sources
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
 
@@ -338,3 +339,18 @@ def test_pick_another_model_from_the_notice(env, checkpoints, tmp_path):
     assert not at.exception, at.exception
     assert not _notice(at) and at.chat_input(key="chat_prompt")
     assert "Diffusion-trained:** no" in [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
+
+
+def test_slow_motion_paces_the_reply_but_not_the_figures(env):
+    at = _app()
+    at.sidebar.number_input(key="max_new_tokens").set_value(12).run()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    fast = _chat(at, "Hello")
+    at.sidebar.toggle(key="slow_motion").set_value(True).run()
+    t0 = time.monotonic()
+    at.button(key="regenerate").click().run()
+    took = time.monotonic() - t0
+    slow = at.session_state["messages"][-1]
+    assert slow["content"] == fast["content"] and slow["done"]
+    assert took >= slow["stats"]["tokens"] * reply.SLOW_MOTION_S  # one pause per drawn token
+    assert slow["stats"]["tok_s"] > 3 / reply.SLOW_MOTION_S  # the engine's own speed, not the paced one

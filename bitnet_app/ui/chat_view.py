@@ -105,7 +105,8 @@ def _generate(loaded) -> None:
                 st.info(msg["trim_notice"], icon=":material/content_cut:")
             messages.append(msg)
             ids = model.chat_ids(kept)
-            view = reply.ReplyView(msg, model, show_picture=params["mode"] == "diffusion")
+            view = reply.ReplyView(msg, model, show_picture=params["mode"] == "diffusion",
+                                   pause_s=reply.SLOW_MOTION_S if st.session_state.slow_motion else 0.0)
             events = model.generate(ids, **params)
             try:
                 for ev in events:

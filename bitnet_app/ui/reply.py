@@ -3,12 +3,15 @@
 Every event updates the stored message first and then the screen, so whatever moment a Stop lands
 on, the history already holds the partial reply (the caller's `finally` marks it stopped).
 """
+import time
+
 import streamlit as st
 
 from ..decode.events import Done, Step, Token
 from . import block_picture, stats
 
 CURSOR = " ▌"
+SLOW_MOTION_S = 0.04  # "Slow motion": a pause after each drawn token (AR) or step (diffusion), ~25 per second
 
 
 def new_message(mode: str) -> dict:
@@ -17,8 +20,10 @@ def new_message(mode: str) -> dict:
 
 
 class ReplyView:
-    def __init__(self, msg: dict, model, *, show_picture: bool = True):
-        self.msg, self.model = msg, model
+    def __init__(self, msg: dict, model, *, show_picture: bool = True, pause_s: float = 0.0):
+        """pause_s: wait this long after drawing each token (or each step, with the picture), so that a
+        small model's reply can be watched; the decoders time only their own work, so the figures stay."""
+        self.msg, self.model, self.pause_s = msg, model, pause_s
         self.text = st.empty()
         self.picture = st.empty() if show_picture else None
         self.footer = st.empty()
@@ -37,6 +42,8 @@ class ReplyView:
             m["content"] += ev.text
             m["tokens_seen"] += 1
             self.text.markdown(m["content"] + CURSOR)
+            if self.picture is None:
+                self._pause()
         elif isinstance(ev, Step):
             frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame)
             self._last_frame = frame
@@ -45,10 +52,16 @@ class ReplyView:
             if self.picture is not None:
                 self.picture.markdown(block_picture.render(frame, caption=f"step {len(m['steps'])}"),
                                       unsafe_allow_html=True)
+                self._pause()
         elif isinstance(ev, Done):
             m["content"], m["stats"], m["stop_reason"], m["done"] = ev.text, dict(ev.stats), ev.stop_reason, True
             self.text.markdown(m["content"] or "_(empty reply)_")
             self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
+
+
+    def _pause(self) -> None:
+        if self.pause_s > 0:
+            time.sleep(self.pause_s)
 
 
 def draw_stored(msg: dict) -> None:

@@ -51,6 +51,9 @@ def settings(model, busy: bool) -> None:
                  format_func=MODE_LABELS.get,
                  help="Autoregressive writes one token per forward; block diffusion fills several slots of a "
                       "block per forward.")
+        st.toggle("Slow motion", key="slow_motion", disabled=busy,
+                  help="Draw chat replies at a pace people can follow (about 25 tokens, or diffusion steps, per "
+                       "second): small models write faster than the eye. The speed figures stay the engine's own.")
         if ss.mode == "diffusion" and not model.trained_for_diffusion:
             st.info("This checkpoint was not trained for block diffusion: it still runs (causal pattern, "
                     "leftmost slot first) but expect about one token per forward and AR speed.",

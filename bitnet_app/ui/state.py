@@ -27,6 +27,7 @@ DEFAULTS = {
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
     "mode": "ar",
+    "slow_motion": False,     # chat replies drawn at a watchable pace (small models are faster than the eye)
     "temperature": 0.6,
     "top_p": 0.9,
     "top_k": 0,
