@@ -82,8 +82,8 @@ def show_fallback(failure, wanted_label: str, busy: bool) -> None:
     reason = FALLBACK_REASONS.get(failure.kind, FALLBACK_REASONS["network"])
     with st.container(border=True, key="fallback_notice"):
         st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The bundled demo model is shown "
-                   "instead: a tiny model that ships with the app and runs offline, so expect simple replies.",
-                   icon=":material/cloud_off:")
+                   "instead: a tiny model trained on Shakespeare that ships with the app and runs offline "
+                   "(it continues your text; expect style, not sense).", icon=":material/cloud_off:")
         row = st.container(horizontal=True, vertical_alignment="center")
         row.button("Retry the download", on_click=_retry, icon=":material/refresh:", key="fallback_retry",
                    disabled=busy, help=f"Try to download {wanted_label} again, for example after reconnecting.")

@@ -13,7 +13,8 @@ MODEL_ENV = "BITNET_APP_MODEL"  # preselects a repo id or folder (also handy for
 DESCRIPTIONS = {
     DEFAULT_REPO: "Microsoft's 2B model, packed 1.58-bit weights (about 1.2 GB download).",
     BF16_REPO: "The same model with bf16 master weights (about 4.8 GB download, converted here).",
-    DEMO_LABEL: "A tiny model that ships with the app: works offline, writes simple English.",
+    DEMO_LABEL: "A tiny model trained on Shakespeare that ships with the app: works offline, continues the "
+                "text you give it, and was trained for block diffusion.",
 }
 
 
