@@ -1,12 +1,16 @@
 """End to end in a real headless Chromium: `streamlit run app.py` against the loopback fake Hub.
 
-First run download + conversion, a streamed reply, Stop that keeps the partial reply, the diffusion
-block picture and its replay, the compare view; the health endpoint must answer within a second while
-a reply streams. Screenshots of every state go to test-artifacts/ (look at them: they are the README's).
+The fake Hub serves the bundled demo model (assets/demo-model, trained for block diffusion), so the
+replies are real text. First run download + conversion, a streamed reply (slow motion on: the demo
+model writes faster than the eye), Stop that keeps the partial reply, the diffusion block picture and
+its replay, the compare view; the health endpoint must answer within a second while a reply streams.
+A second run with the Hub out of reach opens the demo model with the fallback notice. Screenshots of
+every state go to test-artifacts/ (look at them: they are the README's).
 
 Needs Playwright (PyPI) and /usr/bin/chromium. Without them the test is skipped locally and FAILS when
-CI is set.
+CI is set. The demo model is part of the repository: without it the test fails.
 """
+import contextlib
 import json
 import os
 import socket
@@ -17,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from checkpoints import make_hf_checkpoint
+from bitnet_app.demo import demo_model_dir
 from fake_hub import FakeHub
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,52 +62,62 @@ def _get(url: str, timeout: float) -> tuple[str, float]:
     return body, time.monotonic() - t0
 
 
+@contextlib.contextmanager
+def _streamlit(env: dict, log_name: str):
+    """`streamlit run app.py` on a free loopback port with `env`; yields its URL once healthy."""
+    port = _free_port()
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with open(os.path.join(ARTIFACTS, log_name), "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "app.py"),
+                                 "--server.port", str(port), "--server.address", "127.0.0.1",
+                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if _get(url + "/_stcore/health", 2)[0].strip() == "ok":
+                        break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start; see test-artifacts/{log_name}")
+                time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _app_env(root, **extra) -> dict:
+    env = dict(os.environ, HF_HUB_CACHE=str(root / "hf"), BITNET_APP_CACHE=str(root / "eng"), BITNET_THREADS="1",
+               STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", **extra)
+    env.pop("HF_HUB_OFFLINE", None)
+    return env
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def demo():
+    folder = demo_model_dir()
+    assert folder is not None, "the bundled demo model (assets/demo-model) is missing"
+    with open(os.path.join(folder, "config.json")) as f:
+        context = int(json.load(f)["max_position_embeddings"])
+    size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+    return {"folder": folder, "context": context, "bytes": size}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, demo):
     _require_browser()
     root = tmp_path_factory.mktemp("e2e")
-    ckpt = str(root / "ckpt")
-    # Big enough that a long reply takes seconds; no stop ids, so a reply runs until Stop or max new tokens.
-    make_hf_checkpoint(ckpt, mask_token=True, seed=3, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-                       num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
-    gen_path = os.path.join(ckpt, "generation_config.json")
-    with open(gen_path) as f:
-        gen = json.load(f)
-    gen["eos_token_id"] = []
-    with open(gen_path, "w") as f:
-        json.dump(gen, f)
-    hub = FakeHub({REPO: ckpt}, rate=1e6).start()  # ~1 MB/s: the download progress is visible for a while
-    port = _free_port()
-    env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(root / "hf"), BITNET_APP_CACHE=str(root / "eng"),
-               BITNET_APP_MODEL=REPO, BITNET_THREADS="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-    env.pop("HF_HUB_OFFLINE", None)
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    log = open(os.path.join(ARTIFACTS, "e2e-streamlit.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "app.py"),
-                             "--server.port", str(port), "--server.address", "127.0.0.1",
-                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if _get(url + "/_stcore/health", 2)[0].strip() == "ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("streamlit did not start; see test-artifacts/e2e-streamlit.log")
-            time.sleep(0.3)
-        yield {"url": url, "hub": hub}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        hub.stop()
-        log.close()
+    # About five seconds of download, so the byte progress is visible for a while.
+    with FakeHub({REPO: demo["folder"]}, rate=max(1e5, demo["bytes"] / 5)) as hub:
+        with _streamlit(_app_env(root, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO), "e2e-streamlit.log") as url:
+            yield {"url": url, "hub": hub}
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +146,11 @@ def _set_number(page, label: str, value: int) -> None:
     page.wait_for_timeout(800)
 
 
+def _click_toggle(page, label: str) -> None:
+    page.locator('[data-testid="stSidebar"] [data-testid="stCheckbox"]').filter(has_text=label).locator("label").click()
+    page.wait_for_timeout(800)
+
+
 def _send(page, text: str) -> None:
     box = page.locator('[data-testid="stChatInput"] textarea')
     box.fill(text)
@@ -150,7 +169,7 @@ def _wait_streaming(page, index: int, min_chars: int = 40, timeout: float = 60) 
     raise AssertionError(f"no streamed text in message {index} after {timeout} s (got {text!r})")
 
 
-def test_browser_walkthrough(server, page):
+def test_browser_walkthrough(server, page, demo):
     from playwright.sync_api import expect
 
     url = server["url"]
@@ -158,7 +177,7 @@ def test_browser_walkthrough(server, page):
 
     # 1. First run: byte progress of the download, then conversion, then the chat.
     expect(page.get_by_text(f"Downloading {REPO}")).to_be_visible(timeout=60_000)
-    page.wait_for_function(r"() => /MB of [\d.]+ MB \((?!100%)\d+%\)/.test(document.body.innerText)",
+    page.wait_for_function(r"() => /B of [\d.]+ [KMG]?B \((?!100%)\d+%\)/.test(document.body.innerText)",
                            timeout=30_000)  # bytes done of total, mid-download
     page.wait_for_timeout(1200)  # let the speed and time-left figures settle
     _shot(page, "e2e-01-first-run-download")
@@ -168,8 +187,10 @@ def test_browser_walkthrough(server, page):
     _shot(page, "e2e-02-ready")
 
     # 2. A long reply streams token by token; the server stays responsive; controls are disabled.
-    _set_number(page, "Max new tokens", 3000)
-    _send(page, "Tell me a long story about the sea.")
+    #    The demo model writes thousands of tokens per second: slow motion makes the stream watchable.
+    _click_toggle(page, "Slow motion")
+    _set_number(page, "Max new tokens", demo["context"] - 48)  # the demo model's context is short
+    _send(page, "KING HENRY.\nNow, lords, for France; the enterprise whereof")
     first = _wait_streaming(page, 1)
     body, took = _get(url + "/_stcore/health", 5)
     assert body.strip() == "ok" and took < 1.0, f"health answered in {took:.2f} s while streaming"
@@ -190,11 +211,13 @@ def test_browser_walkthrough(server, page):
     assert kept and stopped.rstrip(" ▌").startswith(kept[:20]), (kept[:60], stopped[:60])
     _shot(page, "e2e-04-stopped-kept")
 
-    # 4. Block diffusion: the live block picture, then the replay of the steps.
+    # 4. Block diffusion on a fresh chat: the live block picture, then the replay of the steps.
+    page.get_by_role("button", name="Clear chat").click()
+    page.wait_for_timeout(800)
     page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
     page.wait_for_timeout(800)
-    _set_number(page, "Max new tokens", 160)
-    _send(page, "Describe a lighthouse.")
+    _set_number(page, "Max new tokens", 96)
+    _send(page, "ROMEO.\nBut soft, what light through yonder window breaks?")
     expect(page.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
     expect(page.locator(".bp .slot.mask").first).to_be_visible(timeout=5_000)
     page.mouse.wheel(0, 400)  # the picture sits under the reply; bring it above the chat input
@@ -206,10 +229,10 @@ def test_browser_walkthrough(server, page):
     _shot(page, "e2e-06-diffusion-replay")
 
     # 5. Compare view: both decoders on one prompt, with the summary.
-    _set_number(page, "Max new tokens", 48)
+    _set_number(page, "Max new tokens", 64)
     page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
     expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
-    _send(page, "Name three colours.")
+    _send(page, "HAMLET.\nTo be, or not to be, that is the question:")
     expect(page.get_by_text("Diffusion speed vs AR")).to_be_visible(timeout=180_000)
     expect(page.get_by_text("Do the texts agree?")).to_be_visible()
     _shot(page, "e2e-07-compare")
@@ -217,3 +240,23 @@ def test_browser_walkthrough(server, page):
     with open(os.path.join(ARTIFACTS, "e2e-summary.json"), "w") as f:
         json.dump(summary, f)
 
+
+def test_browser_hub_out_of_reach_opens_the_demo_model(tmp_path, demo, page):
+    """The default model with nothing listening at HF_ENDPOINT: the demo model opens, with the notice."""
+    from playwright.sync_api import expect
+
+    env = _app_env(tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{_free_port()}")  # a closed port
+    env.pop("BITNET_APP_MODEL", None)
+    tab = page.context.browser.new_page(viewport={"width": 1400, "height": 900})  # the walkthrough's browser
+    with _streamlit(env, "e2e-streamlit-fallback.log") as url:
+        tab.goto(url)
+        expect(tab.get_by_text("could not be downloaded")).to_be_visible(timeout=60_000)
+        expect(tab.get_by_text("The bundled demo model is shown instead", exact=False)).to_be_visible()
+        expect(tab.locator('[data-testid="stChatInput"] textarea')).to_be_visible(timeout=60_000)
+        _set_number(tab, "Max new tokens", 40)
+        _send(tab, "FIRST CITIZEN.\nBefore we proceed any further, hear me speak.")
+        expect(tab.get_by_text("tok/s").last).to_be_visible(timeout=60_000)
+        assert _assistant_text(tab, 1).strip()
+        expect(tab.locator('[data-testid="stToast"]')).to_have_count(0, timeout=20_000)  # it covers the notice
+        _shot(tab, "e2e-08-hub-out-of-reach-demo")
+        tab.close()
