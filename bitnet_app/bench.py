@@ -8,7 +8,9 @@ Every figure is the median of `repeats` timed runs after one untimed warm-up run
     decode_tok_s   tg128: 128 single-token committed forwards from an empty cache; 128 / seconds
     prefill_tok_s  pp128: one committed forward of 128 tokens from an empty cache; 128 / seconds
     block_ms       {n: ms} for n in 1, 4, 8, 16, 32: one UNcommitted forward of n tokens at position 128
-                   (after a 128-token prefill), logits for all n rows (the most a diffusion step asks for)
+                   (after a 128-token prefill), logits of the last row (the forward's own cost)
+    block_ms_all_rows  the same with logits for all n rows (more than a diffusion step asks for: it needs
+                   the masked slots of one sub-block, at most 8 rows)
     bytes_per_token  weight bytes one decode step streams: every ternary tile tensor (*.codes) plus the
                    head (head.i8 for lm_head int8, the bf16 embedding for exact)
     weight_gb_s    bytes_per_token * decode_tok_s / 1e9: the weight stream rate decode achieved
@@ -80,13 +82,14 @@ def run_bench(path: str, *, threads: int | None = None, isa: str | None = None, 
     tg_times = _timed_runs(tg, repeats)
     say("pp128 (prefill)")
     pp_times = _timed_runs(pp, repeats)
-    block_times = {}
+    block_times, block_all = {}, {}
     eng.reset()
     eng.forward(ids[:BLOCK_POS], start=0, commit=True)
     for n in BLOCK_SIZES:
         say(f"block forward of {n}")
         batch = ids[BLOCK_POS:BLOCK_POS + n]
-        block_times[n] = _timed_runs(
+        block_times[n] = _timed_runs(lambda: eng.forward(batch, start=BLOCK_POS, commit=False), repeats)
+        block_all[n] = _timed_runs(
             lambda: eng.forward(batch, start=BLOCK_POS, commit=False, rows=range(n)), repeats)
 
     bpt = bytes_per_token(ef, lm_head)
@@ -98,12 +101,13 @@ def run_bench(path: str, *, threads: int | None = None, isa: str | None = None, 
         "prefill_tok_s_spread": [PP / max(pp_times), PP / min(pp_times)],
         "block_ms": {n: 1e3 * statistics.median(t) for n, t in block_times.items()},
         "block_ms_spread": {n: [1e3 * min(t), 1e3 * max(t)] for n, t in block_times.items()},
-        "block_rows": "all",
+        "block_ms_all_rows": {n: 1e3 * statistics.median(t) for n, t in block_all.items()},
         "bytes_per_token": bpt,
         "weight_gb_s": bpt * decode / 1e9,
         "isa": eng.isa,
         "threads": eng.threads,
         "lm_head": lm_head,
+        "kv": eng.kv,
         "repeats": repeats,
         "model": os.path.abspath(path),
         "layers": ef.config.get("num_hidden_layers"),
