@@ -196,7 +196,10 @@ def test_browser_walkthrough(server, page, demo):
     assert body.strip() == "ok" and took < 1.0, f"health answered in {took:.2f} s while streaming"
     page.wait_for_timeout(600)
     later = _assistant_text(page, 1)
-    assert len(later) > len(first) and later.startswith(first[: len(first) - 2]), "the reply did not grow"
+    # Markdown may re-render the tail of a growing reply (a line becomes a list item, a `*` pair turns into
+    # emphasis), so compare the opening words only, with white space folded
+    head = " ".join(first.split())[:20]
+    assert len(later) > len(first) and " ".join(later.split()).startswith(head), "the reply did not grow"
     expect(page.locator('[data-testid="stSidebar"] input[type="range"][aria-label="Temperature"]')).to_be_disabled()
     _shot(page, "e2e-03-streaming")
 
