@@ -214,6 +214,8 @@ def main(argv=None):
         s = torch.load(ckpt, weights_only=False)
         model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
         step, elapsed, hist, decay_start = s["step"], s["elapsed"], s["hist"], s["decay_start"]
+        if a.decay_start is not None and a.decay_start > step:  # continue a finished run: new decay phase
+            decay_start = a.decay_start
         rng.setstate(s["rng"]); gen.set_state(s["gen"])
         print(f"resumed at step {step} ({elapsed:.0f} s)", flush=True)
     print(f"config {json.dumps(cfg.to_dict())}\nparams {count_params(model)}", flush=True)
