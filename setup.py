@@ -18,7 +18,7 @@ from distutils.errors import CCompilerError, CompileError, DistutilsExecError  #
 KERNELS = "_kernels"
 IS_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386", "x86")
 COMMON = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-Wall", "-Wno-unknown-pragmas"]
-COMMON += os.environ.get("BITNET_CFLAGS", "").split()  # development knob, e.g. BITNET_CFLAGS=-DBN_PROFILE
+COMMON += os.environ.get("BITNET_CFLAGS", "").split()  # development knob, e.g. BITNET_CFLAGS=-march=native
 ISA_FLAGS = {
     "kernels_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
     "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],

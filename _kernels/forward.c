@@ -24,16 +24,6 @@
 #include "kernels.h"
 #include "pool.h"
 
-#ifdef BN_PROFILE /* development aid: time per stage, printed when the engine is freed */
-#include <time.h>
-static double prof[8];
-static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-#define PROF_START double prof_t = now_s()
-#define PROF(i) do { double t_ = now_s(); prof[i] += t_ - prof_t; prof_t = t_; } while (0)
-#else
-#define PROF_START
-#define PROF(i)
-#endif
 
 #define ROUND16(n) (((n) + 15) / 16 * 16)
 
@@ -375,10 +365,6 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
 
 void bn_engine_free(bn_engine *e) {
     if (!e) return;
-#ifdef BN_PROFILE
-    fprintf(stderr, "profile s: norm+quant %.3f ternary %.3f rope+kv %.3f attention %.3f mlp-act+residual %.3f\n",
-            prof[0], prof[1], prof[2], prof[3], prof[4]);
-#endif
     bn_pool_free(e->pool);
     free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
@@ -404,30 +390,18 @@ static void rope(const bn_engine *e, float *x, int pos) {
 
 static void layer_forward(bn_engine *e, int l, int T, int start, int kv_end, int block) {
     const bn_layer *ly = &e->layers[l];
-    PROF_START;
     run_tokens(e, l, ST_ATTN_IN, start, T);
-    PROF(0);
     ternary(e, &ly->qkv, T, e->qkv, e->qkv_np);
-    PROF(1);
     run_tokens(e, l, ST_ROPE_KV, start, T);
-    PROF(2);
     attn_job aj = {e, l, T, start, kv_end, block, 0};
     bn_pool_run(e->pool, attention_worker, &aj);
-    PROF(3);
     run_tokens(e, l, ST_SUB_ATTN, start, T);
-    PROF(0);
     ternary(e, &ly->o, T, e->proj, e->dp);
-    PROF(1);
     run_tokens(e, l, ST_FFN_IN, start, T);
-    PROF(0);
     ternary(e, &ly->gate_up, T, e->gu, e->gu_np);
-    PROF(1);
     run_tokens(e, l, ST_SUB_FFN, start, T);
-    PROF(4);
     ternary(e, &ly->down, T, e->proj, e->dp);
-    PROF(1);
     run_tokens(e, l, ST_RESIDUAL, start, T);
-    PROF(4);
 }
 
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,

@@ -31,19 +31,22 @@ def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block
     def predict_next(seq_now):
         return int(sampler(logits_at(seq_now, [len(seq_now) - 1])[0], list(seq_now))[0])
 
+    def resolve(tok):
+        """Append one id in order; the stop reason if the reply ends here, else None."""
+        if tok in stop_ids:
+            return "stop"
+        out.append(tok)
+        seq.append(tok)
+        return "length" if finished() else None
+
     block_start = len(prompt) // B * B
     known = list(prompt[block_start:])
     if not known:
         known = [predict_next(seq)]
     while True:
-        # newly known first slot (not prompt): resolve it
-        for tok in known[len(seq) - block_start:]:
-            if tok in stop_ids:
-                return out, fills, "stop"
-            out.append(tok)
-            seq.append(tok)
-            if finished():
-                return out, fills, "length"
+        for tok in known[len(seq) - block_start:]:  # a predicted first slot (not prompt) is final at once
+            if reason := resolve(tok):
+                return out, fills, reason
         room = min(B, len(prompt) + max_new_tokens - block_start)
         block = known + [mask_id] * (room - len(known))
         for lo in range(0, len(block), S):
@@ -60,12 +63,7 @@ def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block
                 fills.append(sorted(chosen))
                 # resolve the in-order prefix
                 while len(seq) - block_start < len(block) and block[len(seq) - block_start] != mask_id:
-                    tok = block[len(seq) - block_start]
-                    if tok in stop_ids:
-                        return out, fills, "stop"
-                    out.append(tok)
-                    seq.append(tok)
-                    if finished():
-                        return out, fills, "length"
+                    if reason := resolve(block[len(seq) - block_start]):
+                        return out, fills, reason
         block_start += len(block)
         known = [predict_next(seq)]
