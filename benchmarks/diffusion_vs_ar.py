@@ -1,10 +1,10 @@
 """Block diffusion against AR on one model: committed tokens/s, tokens per forward, and text agreement.
 
-    python benchmarks/diffusion_vs_ar.py --model assets/demo-model [--prompts 8] [--max-new-tokens 96]
+    python benchmarks/diffusion_vs_ar.py --model assets/demo-model --prompts-file assets/demo-heldout.json \
+        [--prompts 16] [--max-new-tokens 96] [--lm-head exact]
 
-For every prompt (the opening lines of held-out text when the model ships a validation file, else
-built-in prompts), greedy AR is the baseline; then diffusion at thresholds 0.7/0.8/0.9/0.95/1.0, with
-and without DualCache. Reported per setting: committed tokens/s (tokens / wall time of the whole reply,
+For every prompt (from --prompts-file, e.g. the demo model's held-out prompts, else built-in prompts),
+greedy AR is the baseline; then diffusion at thresholds 0.7/0.8/0.9/0.95/1.0, with and without DualCache. Reported per setting: committed tokens/s (tokens / wall time of the whole reply,
 measured inside the decoder), forwards and tokens per forward, and agreement with the AR text: the
 share of the first block (32 tokens) identical to AR, and the whole reply's identical-prefix length.
 Then the engine costs that decide the trade on this machine: one AR step, one full-block step and one
@@ -25,12 +25,11 @@ FALLBACK_PROMPTS = ["ROMEO. ", "First Citizen. Before we proceed any further, he
                     "LADY MACBETH. ", "Friends, Romans, countrymen"]
 
 
-def prompts_for(model_dir: str, n: int) -> list[str]:
-    val = os.path.join(model_dir, "validation.txt") if os.path.isdir(model_dir) else ""
-    if val and os.path.isfile(val):
-        lines = [ln for ln in open(val, encoding="utf-8").read().splitlines() if len(ln.strip()) > 20]
-        step = max(1, len(lines) // n)
-        return [lines[i * step].strip() + "\n" for i in range(n)]
+def prompts_for(n: int, prompts_file: str | None) -> list[str]:
+    """The first n prompts of a JSON file {"prompts": [...]} (for the demo model: its held-out prompts,
+    assets/demo-heldout.json, written by tools/eval_demo_model.py), else built-in prompts."""
+    if prompts_file:
+        return json.load(open(prompts_file, encoding="utf-8"))["prompts"][:n]
     return FALLBACK_PROMPTS[:n]
 
 
@@ -85,15 +84,17 @@ def main():
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts-file", help='JSON {"prompts": [...]}, e.g. assets/demo-heldout.json')
+    ap.add_argument("--lm-head", default="int8", choices=("int8", "exact"))
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
 
     import bitnet_app
 
-    model = bitnet_app.load_model(args.model, threads=args.threads)
+    model = bitnet_app.load_model(args.model, threads=args.threads, lm_head=args.lm_head)
     knobs = model.diffusion_defaults
     B, S = knobs["block_size"], knobs["sub_block_size"]
-    texts = prompts_for(args.model, args.prompts)
+    texts = prompts_for(args.prompts, args.prompts_file)
     prompts = [model.encode(t) for t in texts]
     common = dict(max_new_tokens=args.max_new_tokens, temperature=0.0)
     run(model, prompts[0], mode="ar", **common)  # warm-up
@@ -118,7 +119,7 @@ def main():
                 samples[name] = model.decode(res[0].ids)
     costs = step_costs(model, B, S)
     info = model.info()
-    print(f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, {info['isa']}, {info['threads']} threads; "
+    print(f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, {info['isa']}, {info['threads']} threads, {args.lm_head} head; "
           f"block {B}, sub-block {S}, attention {knobs['attention']}, {len(prompts)} prompts x {args.max_new_tokens} tokens, greedy\n")
     print("| setting | committed tok/s | vs AR | tokens / forward | first block = AR | identical prefix |")
     print("|---|---|---|---|---|---|")

@@ -1,6 +1,7 @@
 """Evaluate the EXPORTED demo model (assets/demo-model) and print the figures for assets/README.md.
 
-    TORCHDYNAMO_DISABLE=1 nice -n 19 python tools/eval_demo_model.py --model assets/demo-model --work /tmp/demo-train
+    TORCHDYNAMO_DISABLE=1 python tools/eval_demo_model.py --model assets/demo-model --work /tmp/demo-train \
+        --write-prompts assets/demo-heldout.json
 
 1. Loads the folder with transformers ``BitNetForCausalLM.from_pretrained(..., dtype=torch.float32)`` then
    ``torch.nn.Module.float(model)`` (embeddings and norms otherwise stay bf16 and F.linear fails)
@@ -10,8 +11,10 @@
 2. Validation losses of both training objectives on the export (same fixed batches as training).
 3. AR perplexity on the held-out plays: non-overlapping windows of L tokens (BOS + L-1), transformers.
 4. Samples: AR greedy (transformers ``generate``) and block diffusion greedy at threshold 0.9
-   (tools/demo_diffusion.py), plus tokens per forward at thresholds 0.7..1.0 on held-out prompts and
-   the agreement of diffusion greedy with AR greedy over the first 32 generated tokens.
+   (tools/demo_diffusion.py), plus tokens per forward at thresholds 0.7..1.0 on 16 held-out prompts
+   (BOS + 63 tokens each, so replies start a fresh aligned block) and the agreement of diffusion greedy
+   with AR greedy over the first block (32 generated tokens). ``--write-prompts FILE`` saves those prompts
+   as text (assets/demo-heldout.json, used by tests/test_demo_model.py and benchmarks/diffusion_vs_ar.py).
 Writes WORK/eval.json.
 """
 from __future__ import annotations
@@ -78,8 +81,9 @@ def main():
     p.add_argument("--model", default="assets/demo-model")
     p.add_argument("--work", default="/tmp/demo-train")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--n-prompts", type=int, default=12)
+    p.add_argument("--n-prompts", type=int, default=16)
     p.add_argument("--max-new", type=int, default=96)
+    p.add_argument("--write-prompts", help="also write the held-out prompts as text to this JSON file")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from tokenizers import Tokenizer
@@ -120,10 +124,18 @@ def main():
         print(f"\n=== {text!r}\n--- AR greedy:\n{tok.decode(out)}\n--- diffusion t=0.9 ({len(dg)/fw:.2f} tok/fwd):\n"
               f"{tok.decode(dg)}", flush=True)
 
-    # held-out prompts: the first two lines after evenly spaced line starts of the validation plays
+    # held-out prompts: BOS + 63 tokens of the validation plays from evenly spaced line starts, so a prompt fills
+    # exactly two blocks and the "first block" of a reply is a whole aligned block of B = 32 generated tokens
     vs = valw.stream.tolist()
     starts = valw.starts[:: max(1, len(valw.starts) // a.n_prompts)][: a.n_prompts]
-    prompts = [[D.BOS] + vs[s:s + 24] for s in starts]
+    prompts = [[D.BOS] + vs[s:s + 63] for s in starts]
+    if a.write_prompts:  # the same prompts as text, for tests/test_demo_model.py and benchmarks/diffusion_vs_ar.py
+        texts = [tok.decode(q[1:]) for q in prompts]
+        assert all(tok.encode(t).ids == q for t, q in zip(texts, prompts)), "prompt text does not re-encode"
+        with open(a.write_prompts, "w", encoding="utf-8") as f:
+            json.dump({"source": "held-out plays " + ", ".join(D.VAL_WORKS) + " (never seen in training); "
+                       "each prompt encodes to BOS + 63 tokens", "prompts": texts}, f, indent=1)
+            f.write("\n")
     res["thresholds"] = {}
     ar_first = [ar_greedy(mine, q, 32, stop) for q in prompts]
     for thr in (0.7, 0.8, 0.9, 0.95, 1.0):
@@ -131,10 +143,11 @@ def main():
         for q, ref in zip(prompts, ar_first):
             g, f = diffusion_greedy(mine, q, a.max_new, D.MASK, thr, stop_ids=stop)
             toks, fws = toks + len(g), fws + f
-            n = min(len(ref), len(g))  # first B generated tokens (AR reference has B = 32)
+            n = min(len(ref), len(g))  # the first block: B = 32 generated tokens
             agree.append(sum(int(u == v) for u, v in zip(g[:n], ref[:n])) / max(1, n))
         r = {"tokens": toks, "forwards": fws, "tokens_per_forward": toks / fws,
-             "first_block_agreement_with_ar": sum(agree) / len(agree), "seconds": time.time() - t0}
+             "first_block_agreement_with_ar": sum(agree) / len(agree), "per_prompt_agreement": agree,
+             "seconds": time.time() - t0}
         res["thresholds"][str(thr)] = r
         print(f"threshold {thr}: {r}", flush=True)
     json.dump(res, open(os.path.join(a.work, "eval.json"), "w"), indent=2)

@@ -87,10 +87,10 @@ def write_json(path: str, obj: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def export(model, tok, cfg, a, hist, elapsed) -> None:
+def write_model(model, tok, cfg, out: str) -> None:
+    """The HF folder (weights, configs, tokenizer) of the current weights into `out`."""
     from safetensors.torch import save_file
 
-    out = a.out
     os.makedirs(out, exist_ok=True)
     save_file(quantized_tensors(model), os.path.join(out, "model.safetensors.tmp"), metadata={"format": "pt"})
     os.replace(os.path.join(out, "model.safetensors.tmp"), os.path.join(out, "model.safetensors"))
@@ -101,6 +101,10 @@ def export(model, tok, cfg, a, hist, elapsed) -> None:
     write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg))
     tok.save(os.path.join(out, "tokenizer.json"))
     write_json(os.path.join(out, "tokenizer_config.json"), D.tokenizer_config(cfg.max_position_embeddings))
+
+
+def export(model, tok, cfg, a, hist, elapsed) -> None:
+    write_model(model, tok, cfg, a.out)
     write_json(os.path.join(a.work, "train_metrics.json"),
                {"hist": hist, "elapsed_s": round(elapsed), "args": vars(a), "config": cfg.to_dict()})
-    print(f"exported to {out}", flush=True)
+    print(f"exported to {a.out}", flush=True)

@@ -20,6 +20,15 @@ What it does (seeded, CPU, torch + tokenizers + safetensors + transformers are d
      commit forward). No 1/t weighting.
    * next-token (AR) loss on clean_ar (plain causal attention), so AR decoding is good too.
    loss = diffusion + AR.
+   Experimental phase 2, OFF by default and NOT used for the shipped model (assets/README.md, "Experiments
+   that did not ship", has the numbers): self-distillation (``--distill-frac``; tools/demo_distill.py):
+   ``--distill-rows`` of the 8 rows of every batch are the model's own greedy AR continuations of real prompts,
+   regenerated every ``--regen-every`` steps with the product's C engine; on those rows view a masks a suffix of
+   each block (the state of a block the decoder fills left to right) and view b the complementary slots. The
+   next-token loss runs on every row unless ``--ar-real-only``. ``--consistency-weight``/``--consistency-start``
+   add KL(AR || diffusion) where both queries know the same tokens; ``--suffix-real`` masks that share of the
+   real rows' blocks as a suffix too. It raises tokens per forward, but with the next-token loss on the greedy
+   rows the model collapses into loops, even when sampling.
 5. Export (``export``): the real HF layout of microsoft/bitnet-b1.58-2B-4T: packed U8 weights
    (transformers.integrations.bitnet.pack_weights) + bf16 one-element weight_scale = mean|W|,
    bf16 embeddings and norms, quantization_config autobitlinear/offline, plus dlm_config.json.
@@ -43,6 +52,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_data as D  # noqa: E402
 from demo_bitnet import BitNet, BitNetCfg, count_params, param_lr_groups  # noqa: E402
+from demo_distill import greedy_windows, suffix_masks  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -70,6 +80,22 @@ def parse_args(argv=None):
     p.add_argument("--min-lr-frac", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--wd", type=float, default=0.05)
+    p.add_argument("--distill-frac", type=float, default=0.0,
+                   help="EXPERIMENTAL, off by default (the shipped model has no phase 2; see assets/README.md): "
+                        "fraction of the time budget (or of --steps) spent in the self-distillation phase")
+    p.add_argument("--distill-start", type=int, default=None,
+                   help="fix the step where self-distillation starts (reproduces a recorded run exactly)")
+    p.add_argument("--distill-rows", type=int, default=4, help="greedy-continuation rows per batch in that phase")
+    p.add_argument("--regen-every", type=int, default=100, help="steps between regenerations of the greedy rows")
+    p.add_argument("--regen-windows", type=int, default=600, help="greedy windows generated each time")
+    p.add_argument("--consistency-weight", type=float, default=1.0,
+                   help="weight of the diffusion-AR consistency KL (see losses)")
+    p.add_argument("--consistency-start", type=int, default=None,
+                   help="step where the consistency term starts (default: with self-distillation)")
+    p.add_argument("--suffix-real", type=float, default=0.0,
+                   help="with the consistency term: share of the real rows' blocks masked as a suffix (as the greedy rows)")
+    p.add_argument("--ar-real-only", action="store_true",
+                   help="self-distillation phase: the next-token loss only on the real rows, not the greedy ones")
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--ckpt-every", type=float, default=300.0, help="seconds")
     p.add_argument("--export-only", action="store_true")
@@ -109,10 +135,27 @@ def diffusion_masks(n: int, L: int, B: int, gen: torch.Generator):
     return ma.view(n, L), mb.view(n, L)
 
 
-def losses(model: BitNet, x: torch.Tensor, ma: torch.Tensor, mb: torch.Tensor):
-    """x (n, L) clean ids; ma/mb (n, L) masks. -> (diffusion CE, AR CE), both means over their targets."""
+def first_of_masked_suffix(m: torch.Tensor, B: int) -> torch.Tensor:
+    """m (n, L) masks -> (n, L) bool: the first masked slot of every block whose masked slots form a suffix
+    (all slots before it known, all after it masked). A diffusion query there knows exactly what the AR
+    query at the same position knows: this is the decoder's state while it fills a block left to right."""
+    n, L = m.shape
+    blk = m.view(n, L // B, B)
+    seen = blk.long().cummax(dim=2).values.bool()  # at or after the block's first masked slot
+    suffix = (seen == blk).all(dim=2, keepdim=True) & blk.any(dim=2, keepdim=True)
+    first = blk & ~torch.cat([torch.zeros_like(seen[..., :1]), seen[..., :-1]], dim=2)
+    return (first & suffix).view(n, L)
+
+
+def losses(model: BitNet, x: torch.Tensor, ma: torch.Tensor, mb: torch.Tensor, ar_rows: int | None = None):
+    """x (n, L) clean ids; ma/mb (n, L) masks -> (diffusion CE, AR CE, consistency KL), means over their targets.
+    ar_rows: the next-token CE uses only the first ar_rows rows (default: all).
+
+    Consistency: where a diffusion-mode query has the same information as the AR query at the same position
+    (the commit forward's last slot of a block; the first masked slot of a block masked as a suffix), its
+    next-token distribution should be AR's: KL(AR || diffusion), AR side detached."""
     n, L = x.shape
-    B = model.c.block_size
+    B, V = model.c.block_size, model.c.vocab_size
     inp = torch.cat([x.masked_fill(ma, D.MASK), x.masked_fill(mb, D.MASK), x, x], dim=1)  # (n, 4L)
     pos = torch.arange(L).repeat(4)  # every segment has positions 0..L-1
     h = model.hidden(inp, pos, "train")  # (n, 4L, d)
@@ -124,8 +167,13 @@ def losses(model: BitNet, x: torch.Tensor, ma: torch.Tensor, mb: torch.Tensor):
     rows.append(hc[:, last].reshape(-1, h.shape[-1]))  # commit forward -> next block's first token
     tgts.append(x[:, last + 1].reshape(-1))
     diff = F.cross_entropy(model.logits(torch.cat(rows)), torch.cat(tgts))
-    ar = F.cross_entropy(model.logits(hr[:, :-1]).reshape(-1, model.c.vocab_size), x[:, 1:].reshape(-1))
-    return diff, ar
+    ar_logits = model.logits(hr[:, :-1])  # (n, L-1, V): row i predicts token i+1
+    ar = F.cross_entropy(ar_logits[:ar_rows].reshape(-1, V), x[:ar_rows, 1:].reshape(-1))
+    fa, fb = first_of_masked_suffix(ma, B)[:, 1:], first_of_masked_suffix(mb, B)[:, 1:]
+    d_rows = torch.cat([ha[:, :-1][fa], hb[:, :-1][fb], hc[:, last].reshape(-1, h.shape[-1])])
+    a_rows = torch.cat([ar_logits[fa], ar_logits[fb], ar_logits[:, last].reshape(-1, V)])
+    cons = F.kl_div(F.log_softmax(model.logits(d_rows), -1), F.softmax(a_rows.detach(), -1), reduction="batchmean")
+    return diff, ar, cons
 
 
 @torch.no_grad()
@@ -134,7 +182,7 @@ def evaluate(model: BitNet, val: list[torch.Tensor]) -> tuple[float, float]:
     model.eval()
     d = a = 0.0
     for x, ma, mb in val:
-        di, ar = losses(model, x, ma, mb)
+        di, ar, _ = losses(model, x, ma, mb)
         d, a = d + float(di), a + float(ar)
     model.train()
     return d / len(val), a / len(val)
@@ -209,13 +257,15 @@ def main(argv=None):
     opt = torch.optim.AdamW(param_lr_groups(model, a.wd), lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     rng, gen = random.Random(a.seed), torch.Generator().manual_seed(a.seed)
     ckpt = os.path.join(a.work, "ckpt.pt")
-    step, elapsed, hist, decay_start = 0, 0.0, [], a.decay_start
+    step, elapsed, hist, decay_start, distill_start, greedy = 0, 0.0, [], a.decay_start, a.distill_start, None
     if os.path.exists(ckpt):  # resume
         s = torch.load(ckpt, weights_only=False)
         model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
         step, elapsed, hist, decay_start = s["step"], s["elapsed"], s["hist"], s["decay_start"]
         if a.decay_start is not None and a.decay_start > step:  # continue a finished run: new decay phase
             decay_start = a.decay_start
+        distill_start = s.get("distill_start", distill_start) if a.distill_start is None else a.distill_start
+        greedy = s.get("greedy")
         rng.setstate(s["rng"]); gen.set_state(s["gen"])
         print(f"resumed at step {step} ({elapsed:.0f} s)", flush=True)
     print(f"config {json.dumps(cfg.to_dict())}\nparams {count_params(model)}", flush=True)
@@ -223,7 +273,8 @@ def main(argv=None):
 
     def checkpoint():
         save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                     "hist": hist, "decay_start": decay_start, "rng": rng.getstate(), "gen": gen.get_state(), "cfg": cfg.to_dict(),
+                     "hist": hist, "decay_start": decay_start, "distill_start": distill_start, "greedy": greedy,
+                     "rng": rng.getstate(), "gen": gen.get_state(), "cfg": cfg.to_dict(),
                      "args": vars(a)}, ckpt)
 
     if not a.export_only:
@@ -235,17 +286,38 @@ def main(argv=None):
                 print(f"LR decay starts at step {step}; total steps {total_steps(step, a)}", flush=True)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, a, decay_start)
+            if distill_start is None and a.distill_frac > 0 and (elapsed >= a.time_budget * (1 - a.distill_frac)
+                                                             or step >= a.steps * (1 - a.distill_frac)):
+                distill_start = step
+                print(f"self-distillation starts at step {step}", flush=True)
             x = trw.batch(rng, a.batch)
             ma, mb = diffusion_masks(a.batch, a.seq, cfg.block_size, gen)
-            diff, ar = losses(model, x, ma, mb)
+            if distill_start is not None and step >= distill_start:  # phase 2: own greedy continuations
+                if greedy is None or (step - distill_start) % a.regen_every == 0:
+                    greedy = greedy_windows(model, tok, cfg, a.work, trw.stream, trw.starts, rng,
+                                            a.regen_windows, a.seq)
+                k = a.batch - a.distill_rows
+                x[k:] = greedy[torch.randint(len(greedy), (a.distill_rows,), generator=gen)]
+                ma[k:], mb[k:] = suffix_masks(a.distill_rows, a.seq, cfg.block_size, gen)
+            consistency_on = (distill_start is not None and step >= distill_start if a.consistency_start is None
+                              else step >= a.consistency_start)
+            if consistency_on and a.suffix_real > 0:  # real rows too: some blocks in the decoder's left-to-right state
+                k = a.batch - (a.distill_rows if distill_start is not None and step >= distill_start else 0)
+                sa, sb = suffix_masks(k, a.seq, cfg.block_size, gen)
+                pick = (torch.rand(k, a.seq // cfg.block_size, 1, generator=gen) < a.suffix_real)
+                pick = pick.expand(-1, -1, cfg.block_size).reshape(k, a.seq)
+                ma[:k], mb[:k] = torch.where(pick, sa, ma[:k]), torch.where(pick, sb, mb[:k])
+            in_distill = distill_start is not None and step >= distill_start
+            diff, ar, cons = losses(model, x, ma, mb,
+                                    ar_rows=a.batch - a.distill_rows if in_distill and a.ar_real_only else None)
             opt.zero_grad(set_to_none=True)
-            (diff + ar).backward()
+            (diff + ar + (a.consistency_weight * cons if consistency_on else 0.0)).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
             elapsed = time.time() - t0
             if step % 25 == 0:
-                print(f"step {step} diff {float(diff):.3f} ar {float(ar):.3f} gn {float(gn):.2f}"
+                print(f"step {step} diff {float(diff):.3f} ar {float(ar):.3f} cons {float(cons):.3f} gn {float(gn):.2f}"
                       f" lr {opt.param_groups[0]['lr']:.2e} {elapsed:.0f}s", flush=True)
             done = decay_start is not None and step >= total_steps(decay_start, a)
             if step % a.eval_every == 0 or done:
@@ -257,7 +329,8 @@ def main(argv=None):
         print(f"training done: {step} steps in {elapsed:.0f} s", flush=True)
 
     from export_demo_model import export
-    a.decay_start = decay_start  # recorded: rerun with --steps STEP --decay-start S to reproduce
+    a.decay_start = decay_start  # recorded: rerun with --steps STEP --decay-start S --distill-start D to reproduce
+    a.distill_start = distill_start
     export(model, tok, cfg, a, hist, elapsed)
 
 
