@@ -72,3 +72,18 @@ def test_engine_reproduces_transformers_on_the_demo_model(demo):
     assert fast.argmax(1).tolist() == ref.argmax(1).tolist()                     # measured: every position
     nll = -np.mean(_log_softmax(fast)[np.arange(len(ids) - 1), ids[1:]])
     assert abs(nll - ref_nll) < 0.01                                             # measured 0.0002 nats
+
+
+def test_held_out_prompts_fill_two_whole_blocks():
+    """assets/demo-heldout.json (benchmarks/diffusion_vs_ar.py --prompts-file) holds text from the two plays kept out
+    of training; with the bundled tokenizer every prompt is BOS + 63 tokens, so every reply starts a fresh block."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(os.path.join(DEMO, "tokenizer.json"))
+    data = json.load(open(os.path.join(ASSETS, "demo-heldout.json"), encoding="utf-8"))
+    assert "julius_caesar" in data["source"] and len(data["prompts"]) == 16
+    for text in data["prompts"]:
+        ids = tok.encode(text).ids
+        assert len(ids) == 64 and ids[0] == 0 and 3 not in ids
