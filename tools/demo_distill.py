@@ -57,9 +57,11 @@ def _engine_snapshot(model, tok, cfg, work: str):
 
 
 def greedy_windows(model, tok, cfg, work: str, stream: torch.Tensor, starts: list[int],
-                   rng: random.Random, n: int, L: int) -> torch.Tensor:
-    """-> (n, L) long: real prompt + the model's own greedy continuation, one window per row."""
+                   rng: random.Random, n: int, L: int, temperature: float = 0.0) -> torch.Tensor:
+    """-> (n, L) long: real prompt + the model's own continuation, one window per row: greedy, or sampled at
+    `temperature` (> 0)."""
     t0 = time.time()
+    sample_rng = np.random.default_rng(rng.randrange(2 ** 32))
     eng = _engine_snapshot(model, tok, cfg, work)
     rows = []
     for _ in range(n):
@@ -70,9 +72,13 @@ def greedy_windows(model, tok, cfg, work: str, stream: torch.Tensor, starts: lis
         while len(ids) < L:
             row = logits[-1]
             row[D.MASK] = -np.inf
-            ids.append(int(row.argmax()))
+            if temperature > 0:
+                p = np.exp((row - row.max()) / temperature)
+                ids.append(int(sample_rng.choice(len(p), p=p / p.sum())))
+            else:
+                ids.append(int(row.argmax()))
             if len(ids) < L:
                 logits = eng.forward(ids[-1:])
         rows.append(ids)
-    print(f"self-distillation data: {n} greedy windows in {time.time() - t0:.0f} s", flush=True)
+    print(f"self-distillation data: {n} {'sampled' if temperature > 0 else 'greedy'} windows in {time.time() - t0:.0f} s", flush=True)
     return torch.tensor(rows)

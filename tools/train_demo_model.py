@@ -88,6 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--distill-rows", type=int, default=4, help="greedy-continuation rows per batch in that phase")
     p.add_argument("--regen-every", type=int, default=100, help="steps between regenerations of the greedy rows")
     p.add_argument("--regen-windows", type=int, default=600, help="greedy windows generated each time")
+    p.add_argument("--distill-temperature", type=float, default=0.0,
+                   help="0: greedy continuations; > 0: continuations sampled at this temperature")
     p.add_argument("--consistency-weight", type=float, default=1.0,
                    help="weight of the diffusion-AR consistency KL (see losses)")
     p.add_argument("--consistency-start", type=int, default=None,
@@ -295,7 +297,7 @@ def main(argv=None):
             if distill_start is not None and step >= distill_start:  # phase 2: own greedy continuations
                 if greedy is None or (step - distill_start) % a.regen_every == 0:
                     greedy = greedy_windows(model, tok, cfg, a.work, trw.stream, trw.starts, rng,
-                                            a.regen_windows, a.seq)
+                                            a.regen_windows, a.seq, a.distill_temperature)
                 k = a.batch - a.distill_rows
                 x[k:] = greedy[torch.randint(len(greedy), (a.distill_rows,), generator=gen)]
                 ma[k:], mb[k:] = suffix_masks(a.distill_rows, a.seq, cfg.block_size, gen)
