@@ -25,12 +25,13 @@ import random
 import sys
 import time
 
-import numpy as np
 import torch
 
 import demo_data as D
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # the product (bitnet_app) from this checkout
+    sys.path.insert(0, REPO)
 
 
 def suffix_masks(n: int, L: int, B: int, gen: torch.Generator):
@@ -43,8 +44,6 @@ def suffix_masks(n: int, L: int, B: int, gen: torch.Generator):
 
 def _engine_snapshot(model, tok, cfg, work: str):
     """Export the current weights (HF layout), convert them, open the engine in exact mode."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
     from bitnet_app.convert import convert_checkpoint
     from bitnet_app.engine import Engine
     from bitnet_app.engine_file import EngineFile
@@ -59,26 +58,22 @@ def _engine_snapshot(model, tok, cfg, work: str):
 def greedy_windows(model, tok, cfg, work: str, stream: torch.Tensor, starts: list[int],
                    rng: random.Random, n: int, L: int, temperature: float = 0.0) -> torch.Tensor:
     """-> (n, L) long: real prompt + the model's own continuation, one window per row: greedy, or sampled at
-    `temperature` (> 0)."""
+    `temperature` (> 0). Decoded by the product's AR decoder with no stop ids, so every window is filled."""
+    from bitnet_app.decode.ar import generate_ar
+    from bitnet_app.decode.events import Done
+    from bitnet_app.sampling import Sampler
+
     t0 = time.time()
-    sample_rng = np.random.default_rng(rng.randrange(2 ** 32))
     eng = _engine_snapshot(model, tok, cfg, work)
+    seed = rng.randrange(2 ** 32) if temperature > 0 else None  # greedy draws nothing: recorded runs stay exact
+    sampler = Sampler(temperature=temperature, seed=seed, banned_ids=[D.MASK])
     rows = []
     for _ in range(n):
         P, s = rng.randrange(16, 128), rng.choice(starts)
         ids = [D.BOS] + stream[s:s + P - 1].tolist()
-        eng.reset()
-        logits = eng.forward(ids)  # (1, V): the last position's logits
-        while len(ids) < L:
-            row = logits[-1]
-            row[D.MASK] = -np.inf
-            if temperature > 0:
-                p = np.exp((row - row.max()) / temperature)
-                ids.append(int(sample_rng.choice(len(p), p=p / p.sum())))
-            else:
-                ids.append(int(row.argmax()))
-            if len(ids) < L:
-                logits = eng.forward(ids[-1:])
-        rows.append(ids)
-    print(f"self-distillation data: {n} {'sampled' if temperature > 0 else 'greedy'} windows in {time.time() - t0:.0f} s", flush=True)
+        for ev in generate_ar(eng, ids, sampler=sampler, max_new_tokens=L - len(ids)):
+            if isinstance(ev, Done):
+                rows.append(ids + list(ev.ids))
+    print(f"self-distillation data: {n} {'sampled' if temperature > 0 else 'greedy'} windows in "
+          f"{time.time() - t0:.0f} s", flush=True)
     return torch.tensor(rows)
