@@ -42,6 +42,14 @@ def suffix_masks(n: int, L: int, B: int, gen: torch.Generator):
     return (j >= k).view(n, L), ((j < k) & (j >= 1)).view(n, L)
 
 
+def mix_in_suffix_masks(ma: torch.Tensor, mb: torch.Tensor, share: float, B: int, gen: torch.Generator):
+    """Replace about `share` of the blocks of (ma, mb) (n, L) by suffix masks (suffix_masks) -> new (ma, mb)."""
+    n, L = ma.shape
+    sa, sb = suffix_masks(n, L, B, gen)
+    pick = (torch.rand(n, L // B, 1, generator=gen) < share).expand(-1, -1, B).reshape(n, L)
+    return torch.where(pick, sa, ma), torch.where(pick, sb, mb)
+
+
 def _engine_snapshot(model, tok, cfg, work: str):
     """Export the current weights (HF layout), convert them, open the engine in exact mode."""
     from bitnet_app.convert import convert_checkpoint

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_data as D  # noqa: E402
 from demo_bitnet import BitNet, BitNetCfg, count_params, param_lr_groups  # noqa: E402
-from demo_distill import greedy_windows, suffix_masks  # noqa: E402
+from demo_distill import greedy_windows, mix_in_suffix_masks, suffix_masks  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -149,9 +149,10 @@ def first_of_masked_suffix(m: torch.Tensor, B: int) -> torch.Tensor:
     return (first & suffix).view(n, L)
 
 
-def losses(model: BitNet, x: torch.Tensor, ma: torch.Tensor, mb: torch.Tensor, ar_rows: int | None = None):
+def losses(model: BitNet, x: torch.Tensor, ma: torch.Tensor, mb: torch.Tensor, ar_rows: int | None = None,
+           consistency: bool = False):
     """x (n, L) clean ids; ma/mb (n, L) masks -> (diffusion CE, AR CE, consistency KL), means over their targets.
-    ar_rows: the next-token CE uses only the first ar_rows rows (default: all).
+    ar_rows: the next-token CE uses only the first ar_rows rows (default: all). consistency=False: KL is 0.
 
     Consistency: where a diffusion-mode query has the same information as the AR query at the same position
     (the commit forward's last slot of a block; the first masked slot of a block masked as a suffix), its
@@ -171,6 +172,8 @@ def losses(model: BitNet, x: torch.Tensor, ma: torch.Tensor, mb: torch.Tensor, a
     diff = F.cross_entropy(model.logits(torch.cat(rows)), torch.cat(tgts))
     ar_logits = model.logits(hr[:, :-1])  # (n, L-1, V): row i predicts token i+1
     ar = F.cross_entropy(ar_logits[:ar_rows].reshape(-1, V), x[:ar_rows, 1:].reshape(-1))
+    if not consistency:
+        return diff, ar, torch.zeros(())
     fa, fb = first_of_masked_suffix(ma, B)[:, 1:], first_of_masked_suffix(mb, B)[:, 1:]
     d_rows = torch.cat([ha[:, :-1][fa], hb[:, :-1][fb], hc[:, last].reshape(-1, h.shape[-1])])
     a_rows = torch.cat([ar_logits[fa], ar_logits[fb], ar_logits[:, last].reshape(-1, V)])
@@ -292,28 +295,23 @@ def main(argv=None):
                                                              or step >= a.steps * (1 - a.distill_frac)):
                 distill_start = step
                 print(f"self-distillation starts at step {step}", flush=True)
+            in_distill = distill_start is not None and step >= distill_start
+            consistency_on = in_distill if a.consistency_start is None else step >= a.consistency_start
+            real = a.batch - (a.distill_rows if in_distill else 0)  # rows [real:] are the model's own text
             x = trw.batch(rng, a.batch)
             ma, mb = diffusion_masks(a.batch, a.seq, cfg.block_size, gen)
-            if distill_start is not None and step >= distill_start:  # phase 2: own greedy continuations
+            if in_distill:  # phase 2: own continuations, masked as block suffixes
                 if greedy is None or (step - distill_start) % a.regen_every == 0:
                     greedy = greedy_windows(model, tok, cfg, a.work, trw.stream, trw.starts, rng,
                                             a.regen_windows, a.seq, a.distill_temperature)
-                k = a.batch - a.distill_rows
-                x[k:] = greedy[torch.randint(len(greedy), (a.distill_rows,), generator=gen)]
-                ma[k:], mb[k:] = suffix_masks(a.distill_rows, a.seq, cfg.block_size, gen)
-            consistency_on = (distill_start is not None and step >= distill_start if a.consistency_start is None
-                              else step >= a.consistency_start)
-            if consistency_on and a.suffix_real > 0:  # real rows too: some blocks in the decoder's left-to-right state
-                k = a.batch - (a.distill_rows if distill_start is not None and step >= distill_start else 0)
-                sa, sb = suffix_masks(k, a.seq, cfg.block_size, gen)
-                pick = (torch.rand(k, a.seq // cfg.block_size, 1, generator=gen) < a.suffix_real)
-                pick = pick.expand(-1, -1, cfg.block_size).reshape(k, a.seq)
-                ma[:k], mb[:k] = torch.where(pick, sa, ma[:k]), torch.where(pick, sb, mb[:k])
-            in_distill = distill_start is not None and step >= distill_start
-            diff, ar, cons = losses(model, x, ma, mb,
-                                    ar_rows=a.batch - a.distill_rows if in_distill and a.ar_real_only else None)
+                x[real:] = greedy[torch.randint(len(greedy), (a.distill_rows,), generator=gen)]
+                ma[real:], mb[real:] = suffix_masks(a.distill_rows, a.seq, cfg.block_size, gen)
+            if consistency_on and a.suffix_real > 0:  # real rows too: some blocks in the left-to-right state
+                ma[:real], mb[:real] = mix_in_suffix_masks(ma[:real], mb[:real], a.suffix_real, cfg.block_size, gen)
+            diff, ar, cons = losses(model, x, ma, mb, ar_rows=real if a.ar_real_only else None,
+                                    consistency=consistency_on)
             opt.zero_grad(set_to_none=True)
-            (diff + ar + (a.consistency_weight * cons if consistency_on else 0.0)).backward()
+            (diff + ar + a.consistency_weight * cons).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
