@@ -4,15 +4,15 @@
         [--prompts 16] [--max-new-tokens 96] [--lm-head exact]
 
 For every prompt (from --prompts-file, e.g. the demo model's held-out prompts, else built-in prompts),
-greedy AR is the baseline; then diffusion at thresholds 0.7/0.8/0.9/0.95/1.0, with and without DualCache. Reported per setting: committed tokens/s (tokens / wall time of the whole reply,
-measured inside the decoder), forwards and tokens per forward, and agreement with the AR text: the
-share of the first block (32 tokens) identical to AR, and the whole reply's identical-prefix length.
+greedy AR is the baseline; then diffusion at thresholds 0.7/0.8/0.9/0.95/1.0, with and without DualCache.
+Reported per setting: committed tokens/s (tokens / wall time of the whole reply, measured inside the decoder),
+forwards and tokens per forward, and agreement with the AR text: the share of the first block (32 tokens)
+identical to AR, and the whole reply's identical-prefix length.
 Then the engine costs that decide the trade on this machine: one AR step, one full-block step and one
 sub-block (DualCache) step, from single forwards, and the break-even tokens per step.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time

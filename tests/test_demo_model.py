@@ -5,6 +5,7 @@ A trained model is not chaotic the way random ternary test models are: here the 
 match the fp32 reference at every position to fp32 precision, and the fast default (int8 head, fp16 KV
 cache) must keep every top-1 and the held-out loss."""
 import hashlib
+import json
 import os
 import re
 
@@ -77,8 +78,6 @@ def test_engine_reproduces_transformers_on_the_demo_model(demo):
 def test_held_out_prompts_fill_two_whole_blocks():
     """assets/demo-heldout.json (benchmarks/diffusion_vs_ar.py --prompts-file) holds text from the two plays kept out
     of training; with the bundled tokenizer every prompt is BOS + 63 tokens, so every reply starts a fresh block."""
-    import json
-
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(os.path.join(DEMO, "tokenizer.json"))
