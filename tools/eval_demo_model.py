@@ -31,12 +31,17 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_data as D  # noqa: E402
+import demo_kjv as K  # noqa: E402
 import train_demo_model as TR  # noqa: E402
 from demo_bitnet import BitLinear, BitNet, BitNetCfg  # noqa: E402
 from demo_diffusion import ar_greedy, diffusion_greedy  # noqa: E402
 
-PROMPTS = ["To be, or not to be", "ROMEO.\nO, she doth teach the torches to burn bright!",
-           "Shall I compare thee to a summer's day?", "KING.\nWhat news, my lord?"]
+PROMPTS = {  # sample prompts per training corpus (tools/train_demo_model.py --corpus)
+    "shakespeare": ["To be, or not to be", "ROMEO.\nO, she doth teach the torches to burn bright!",
+                    "Shall I compare thee to a summer's day?", "KING.\nWhat news, my lord?"],
+    "kjv": ["In the beginning", "And the LORD spake unto Moses, saying,", "The LORD is my shepherd;",
+            "Blessed are the"],
+}
 
 
 def unpack(packed: torch.Tensor) -> torch.Tensor:
@@ -80,6 +85,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="assets/demo-model")
     p.add_argument("--work", default="/tmp/demo-train")
+    p.add_argument("--corpus", choices=sorted(PROMPTS), default=TR.parse_args([]).corpus,
+                   help="the corpus the model was trained on (its held-out split is the validation text)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-prompts", type=int, default=16)
     p.add_argument("--max-new", type=int, default=96)
@@ -97,8 +104,8 @@ def main():
     hf = torch.nn.Module.float(BitNetForCausalLM.from_pretrained(a.model, dtype=torch.float32)).eval()
     mine = load_export(a.model)
     L = mine.c.max_position_embeddings
-    targs = TR.parse_args(["--work", a.work, "--seq", str(L)])
-    _, _, valw = TR.prepare(targs)
+    targs = TR.parse_args(["--work", a.work, "--seq", str(L), "--corpus", a.corpus])
+    _, _, valw = TR.prepare(targs, tok)  # the export's own tokenizer
 
     x = valw.window(valw.starts[0]).unsqueeze(0)
     with torch.no_grad():
@@ -115,7 +122,7 @@ def main():
 
     stop = (D.EOT_TEXT, D.EOT_ID)
     res["samples"] = []
-    for text in PROMPTS:
+    for text in PROMPTS[a.corpus]:
         ids = tok.encode(text).ids  # BOS prepended by the post-processor
         out = hf.generate(torch.tensor([ids]), max_new_tokens=a.max_new, do_sample=False)[0, len(ids):].tolist()
         dg, fw = diffusion_greedy(mine, ids, a.max_new, D.MASK, 0.9, stop_ids=stop)
@@ -133,7 +140,8 @@ def main():
         texts = [tok.decode(q[1:]) for q in prompts]
         assert all(tok.encode(t).ids == q for t, q in zip(texts, prompts)), "prompt text does not re-encode"
         with open(a.write_prompts, "w", encoding="utf-8") as f:
-            json.dump({"source": "held-out plays " + ", ".join(D.VAL_WORKS) + " (never seen in training); "
+            held_out = ", ".join(K.VAL_BOOKS if a.corpus == "kjv" else D.VAL_WORKS)
+            json.dump({"source": f"held-out {a.corpus} works {held_out} (never seen in training); "
                        "each prompt encodes to BOS + 63 tokens", "prompts": texts}, f, indent=1)
             f.write("\n")
     res["thresholds"] = {}

