@@ -118,7 +118,7 @@ def main():
     print(f"export val losses: diffusion {vd:.4f}  ar {va:.4f}", flush=True)
     ppl, n = ar_perplexity(hf, valw.stream.tolist(), L)
     res.update(ar_perplexity=ppl, ppl_tokens=n)
-    print(f"AR perplexity on held-out plays (transformers, {n} tokens): {ppl:.2f}", flush=True)
+    print(f"AR perplexity on the held-out text (transformers, {n} tokens): {ppl:.2f}", flush=True)
 
     stop = (D.EOT_TEXT, D.EOT_ID)
     res["samples"] = []
