@@ -116,8 +116,9 @@ def main():
     # Calibration of the agreement columns: the same AR decoder with the other head (int8 rounding of the
     # logits only). Position-by-position agreement of two free-running greedy texts is decided by near-ties.
     other = "exact" if args.lm_head == "int8" else "int8"
-    twin = bitnet_app.load_model(args.model, threads=args.threads, lm_head=other)
+    twin = bitnet_app.load_model(args.model, threads=args.threads, lm_head=other)  # a second engine, closed below
     rows.append(summary_row(f"AR (greedy), {other} head", [run(twin, p, mode="ar", **common) for p in prompts], ar, B))
+    twin.close()
     samples = {"AR": model.decode(ar[0].ids)}
     for dual in (False, True):
         for thr in THRESHOLDS:
