@@ -59,10 +59,11 @@ def product_agreement(folder: str, prompts: list[str], threads: int) -> dict:
     from bitnet_app.convert import convert_checkpoint
     from bitnet_app.model import Model
 
-    path = os.path.join(tempfile.mkdtemp(), "diag.bitnet")
-    convert_checkpoint(folder, path)
-    exact = Model.open(path, lm_head="exact", threads=threads)
-    int8 = Model.open(path, threads=threads)
+    with tempfile.TemporaryDirectory() as tmp:  # the engines map the file; it may go once both are open
+        path = os.path.join(tmp, "diag.bitnet")
+        convert_checkpoint(folder, path)
+        exact = Model.open(path, lm_head="exact", threads=threads)
+        int8 = Model.open(path, threads=threads)
     ids = [exact.encode(t) for t in prompts]
     ar = [exact.complete(p, mode="ar", max_new_tokens=32, temperature=0.0) for p in ids]
 
@@ -72,8 +73,9 @@ def product_agreement(folder: str, prompts: list[str], threads: int) -> dict:
 
     res = {"ar_int8_head": agreement([int8.complete(p, mode="ar", max_new_tokens=32, temperature=0.0) for p in ids])}
     for sub in (8, 4, 2, 1):
-        res[f"diffusion_0.9_sub{sub}"] = agreement([exact.complete(p, mode="diffusion", max_new_tokens=32, temperature=0.0,
-                                                                   threshold=0.9, sub_block_size=sub) for p in ids])
+        res[f"diffusion_0.9_sub{sub}"] = agreement([exact.complete(p, mode="diffusion", max_new_tokens=32,
+                                                                   temperature=0.0, threshold=0.9,
+                                                                   sub_block_size=sub) for p in ids])
     return res
 
 
@@ -99,7 +101,8 @@ def main():
         gaps += g
         states += diffusion_along(model, prompt, block, mask_id)
     tops, gaps, states = np.array(tops), np.array(gaps), np.array(states, dtype=float)
-    res = {"model": a.model, "prompts_file": a.prompts_file, "prompts": len(texts), "ar_mean_top1": float(tops.mean()), "ar_top1_above_0.9": float((tops > 0.9).mean()),
+    res = {"model": a.model, "prompts_file": a.prompts_file, "prompts": len(texts),
+           "ar_mean_top1": float(tops.mean()), "ar_top1_above_0.9": float((tops > 0.9).mean()),
            "ar_near_ties_gap_below_0.05": float((gaps < 0.05).mean()),
            "leftmost_equals_ar": float(states[:, 0].mean()), "leftmost_most_confident": float(states[:, 1].mean()),
            "two_slots_above_0.9": float(states[:, 2].mean()),

