@@ -1,4 +1,6 @@
 """Every kernel path the CPU supports against plain numpy, on random and awkward shapes."""
+import platform
+
 import numpy as np
 import pytest
 
@@ -24,10 +26,38 @@ SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8),
           (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32)]
 
 
-def test_this_machine_runs_the_fast_path():
-    # The development and CI machines have AVX512-VNNI: make sure the fast path is really the one tested.
-    assert "avx512" in PATHS and "avx2" in PATHS
-    assert _engine.kernel_name("") == "avx512-vnni"
+def cpu_flags():
+    """The CPU's feature flags as the kernel reports them (/proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def expected_best_path(flags):
+    """The kernel path the dispatcher must pick for these CPU flags (the same rule as _kernels/dispatch.c)."""
+    if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+        return "avx512-vnni"
+    if {"avx2", "fma", "f16c"} <= flags:
+        return "avx2"
+    return "portable"
+
+
+def test_this_machine_runs_its_fastest_path():
+    # Whatever the CPU (AVX-512 VNNI, AVX2 only, or neither), the dispatcher picks the best path it has,
+    # and every path the CPU supports is among the ones these tests run.
+    flags = cpu_flags()
+    if not flags and platform.machine().lower() in ("x86_64", "amd64"):
+        pytest.fail("no /proc/cpuinfo flags on an x86-64 CPU: cannot tell which kernel path it should run")
+    best = expected_best_path(flags)
+    assert _engine.kernel_name("") == best
+    assert "portable" in PATHS
+    assert ("avx2" in PATHS) == ({"avx2", "fma", "f16c"} <= flags)
+    assert ("avx512" in PATHS) == (best == "avx512-vnni")
 
 
 def padded_activations(rng, T, K, kp):
