@@ -1,9 +1,13 @@
 """BitNet chat: `streamlit run app.py`. The page only draws; bitnet_app does the work."""
+import os
+
 import streamlit as st
 
 from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, sources, state, style
 
-st.set_page_config(page_title="BitNet chat", page_icon=":material/bolt:", layout="wide",
+# The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
+ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "icon.png")
+st.set_page_config(page_title="BitNet chat", page_icon=ICON if os.path.isfile(ICON) else None, layout="wide",
                    initial_sidebar_state="expanded")
 style.inject()
 state.init()
