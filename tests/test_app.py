@@ -354,3 +354,61 @@ def test_slow_motion_paces_the_reply_but_not_the_figures(env):
     assert slow["content"] == fast["content"] and slow["done"]
     assert took >= slow["stats"]["tokens"] * reply.SLOW_MOTION_S  # one pause per drawn token
     assert slow["stats"]["tok_s"] > 3 / reply.SLOW_MOTION_S  # the engine's own speed, not the paced one
+
+
+def _remount_as_a_browser_does(at) -> None:
+    """AppTest hands every widget its server-side value. A browser that mounts a widget afresh (after a run that
+    did not draw it) shows the value the page sent with it (`set_value`), or else the widget's own default (a
+    number's or slider's minimum), and sends that back with the next interaction. Apply that rule to the
+    sidebar's numbers and sliders, as the browser does after a detour."""
+    for widget in at.sidebar.number_input:
+        if not widget.proto.set_value:
+            widget.set_value(type(widget.value)(widget.proto.default))
+    for widget in at.sidebar.slider:
+        if not widget.proto.set_value:
+            widget.set_value(type(widget.value)(widget.proto.default[0]))
+
+
+def _settings_shown(at) -> dict:
+    return {w.key: w.value for w in list(at.sidebar.number_input) + list(at.sidebar.slider)}
+
+
+def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints, tmp_path):
+    """The detour that gave one-token replies: the demo model stands in for an unreachable Hub model; the user
+    sets Max new tokens and Temperature; "Pick another model" (nothing typed yet, so no settings are drawn),
+    back to the demo model; then a mistyped folder (an error page) and back again. The settings are the user's
+    after each detour, and the reply is the same full-length reply as before."""
+    env.delenv("BITNET_APP_MODEL")
+    env.setenv("BITNET_DEMO_MODEL", checkpoints["dlm"])
+    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    at = _app()
+    assert _notice(at)
+    at.sidebar.number_input(key="max_new_tokens").set_value(24).run()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.slider(key="top_p").set_value(0.8).run()
+    before = _settings_shown(at)
+    first = _chat(at, "Hello")
+    assert first["stats"]["tokens"] > 8, first  # the test model writes on (it has no reason to stop)
+
+    at.button(key="fallback_other").click().run()  # the custom source, nothing typed: no model, no settings
+    assert not at.exception and not at.sidebar.slider
+    at.sidebar.selectbox(key="model_choice").set_value(sources.DEMO_LABEL).run()
+    _remount_as_a_browser_does(at)
+    assert _settings_shown(at) == before
+    at.sidebar.number_input(key="seed").set_value(3).run()  # touch any control
+    assert _settings_shown(at) == dict(before, seed=3)
+    at.button(key="regenerate").click().run()
+    again = at.session_state["messages"][-1]
+    assert again["content"] == first["content"] and again["stats"]["tokens"] == first["stats"]["tokens"]
+
+    at.sidebar.selectbox(key="model_choice").set_value(sources.CUSTOM_LABEL).run()
+    at.sidebar.text_input(key="custom_source").set_value(str(tmp_path / "no-such-folder")).run()
+    assert "That model was not found" in _all_markdown(at) and not at.sidebar.slider  # an error page
+    [b for b in at.button if b.label == "Use the bundled demo model"][0].click().run()
+    _remount_as_a_browser_does(at)
+    assert _settings_shown(at) == dict(before, seed=3)
+    [b for b in at.sidebar.button if b.label == "Clear chat"][0].click().run()
+    third = _chat(at, "Hello")
+    assert third["content"] == first["content"] and third["stats"]["tokens"] == first["stats"]["tokens"]

@@ -25,8 +25,8 @@ def model_picker(busy: bool):
         st.caption("1.58-bit language models, on your CPU.")
         options = sources.choices()
         if st.session_state.get("model_choice") not in options:
-            st.session_state.model_choice = sources.default_choice() if sources.default_choice() in options \
-                else options[0]
+            state.put("model_choice", sources.default_choice() if sources.default_choice() in options
+                      else options[0])
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
                              help="A Hugging Face repo (downloaded and converted once), the bundled demo model, "
                                   "or a checkpoint folder on this computer.")
@@ -76,7 +76,7 @@ def settings(model, busy: bool) -> None:
                          help="Tokens per block; must match the block size the model was trained with.")
             subs = [s for s in (1, 2, 4, 8, 16, 32, 64) if s <= ss.block_size]
             if ss.sub_block_size not in subs:
-                ss.sub_block_size = subs[-1]
+                state.put("sub_block_size", subs[-1])
             st.selectbox("Sub-block size", subs, key="sub_block_size", disabled=busy,
                          help="Slots decided together, left to right inside a block.")
             st.slider("Confidence threshold", 0.5, 1.0, step=0.01, key="threshold", disabled=busy,

@@ -17,13 +17,22 @@ import streamlit as st
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concisely."
 
-# key -> initial value (decode settings are re-seeded from each model's own defaults when it loads)
+# key -> initial value of the page's own state (never a widget key)
 DEFAULTS = {
     "messages": [],           # the chat history
     # the generation in progress: {"generating": bool (controls drawn disabled),
     #  "job": None | {"kind": "chat"} | {"kind": "compare", "prompt": str}}
     "run": {"generating": False, "job": None},
     "compare": None,          # the last compare run: {"prompt", "ar": message, "diffusion": message}
+    "defaults_for": None,     # the engine file whose defaults seeded the decode settings
+}
+
+# Widget key -> initial value: every setting a sidebar or page widget edits (the decode settings are re-seeded
+# from each model's own defaults when it loads). See init() for why they are kept twice.
+SETTINGS = {
+    "model_choice": None,     # None: the picker chooses its default
+    "custom_source": "",
+    "threads": 0,             # 0: all cores
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
     "mode": "ar",
@@ -38,15 +47,36 @@ DEFAULTS = {
     "sub_block_size": 8,
     "threshold": 0.9,
     "attention": "causal",
-    "threads": 0,             # 0: all cores
-    "defaults_for": None,     # the engine file whose defaults seeded the settings above
 }
+SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
 
 
 def init() -> None:
+    """Start of every full run: the page's state, and every setting handed to its widget before it is drawn.
+
+    Streamlit forgets a widget's value after any run that does not draw it (an error page, the picker's
+    "another model" with nothing typed yet, the other view). The browser then redraws the widget at its own
+    default, a slider's or number's minimum, and sends that back with the next interaction: Max new tokens 1,
+    Temperature 0, a one-token reply. So each setting also lives in a plain dict that Streamlit never drops,
+    and every run first takes the widget's latest value into it (when the widget has one), then gives the
+    widget its value from it (Streamlit's pattern for widget values that outlive their widget)."""
+    ss = st.session_state
     for key, value in DEFAULTS.items():
-        if key not in st.session_state:
-            st.session_state[key] = copy.deepcopy(value)
+        if key not in ss:
+            ss[key] = copy.deepcopy(value)
+    if SAVED not in ss:
+        ss[SAVED] = dict(SETTINGS)
+    saved = ss[SAVED]
+    for key in SETTINGS:
+        if key in ss:
+            saved[key] = ss[key]  # the user's last edit, or a callback's
+        if saved[key] is not None:
+            ss[key] = saved[key]
+
+
+def put(key: str, value) -> None:
+    """Change a setting from code (before its widget is drawn in this run)."""
+    st.session_state[key] = st.session_state[SAVED][key] = value
 
 
 def seed_from_model(model, engine_path: str) -> None:
@@ -54,17 +84,15 @@ def seed_from_model(model, engine_path: str) -> None:
     ss = st.session_state
     if ss.get("defaults_for") == engine_path:
         return
-    gen = model.generation_defaults
-    ss.temperature = round(float(gen["temperature"]), 2)
-    ss.top_p = round(float(gen["top_p"]), 2)
-    ss.top_k = int(gen["top_k"])
-    ss.repetition_penalty = round(float(gen["repetition_penalty"]), 2)
-    diff = model.diffusion_defaults
-    ss.block_size = int(diff["block_size"])
-    ss.sub_block_size = min(int(diff["sub_block_size"]), ss.block_size)
-    ss.threshold = float(diff["threshold"])
-    ss.attention = diff["attention"]
-    ss.max_new_tokens = min(int(ss.max_new_tokens), max(16, model.context_length // 2))
+    gen, diff = model.generation_defaults, model.diffusion_defaults
+    block = int(diff["block_size"])
+    for key, value in (("temperature", round(float(gen["temperature"]), 2)), ("top_p", round(float(gen["top_p"]), 2)),
+                       ("top_k", int(gen["top_k"])),
+                       ("repetition_penalty", round(float(gen["repetition_penalty"]), 2)),
+                       ("block_size", block), ("sub_block_size", min(int(diff["sub_block_size"]), block)),
+                       ("threshold", float(diff["threshold"])), ("attention", diff["attention"]),
+                       ("max_new_tokens", min(int(ss.max_new_tokens), max(16, model.context_length // 2)))):
+        put(key, value)
     ss.defaults_for = engine_path
 
 
