@@ -133,7 +133,7 @@ def test_chat_in_diffusion_mode_shows_steps_and_forwards(env):
     assert "forwards" in row and "tokens/forward" in row
     assert any("diffusion steps" in e.label for e in at.expander)  # the replay
     assert len(msg["steps"]) > 1
-    at.slider(key="replay_1").set_value(1).run()  # the replay slider redraws an earlier step
+    at.slider(key=f"replay_{msg['id']}").set_value(1).run()  # the replay slider redraws an earlier step
     assert any(f"step 1 of {len(msg['steps'])}" in m.value for m in at.markdown)
 
 

@@ -80,10 +80,11 @@ def engine_bytes_estimate(folder: str) -> int:
     return 3 * v * d + ternary // 4 + (16 << 20)
 
 
-def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset()) -> Loaded:
+def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset(),
+                 announce: bool = True) -> Loaded:
     """The loaded model for `source`, drawing download and conversion progress on the way (the progress
     is cleared once the model is ready; a failure leaves it on the page above the explanation, unless
-    its kind is in `clear_on`)."""
+    its kind is in `clear_on`). announce: a toast says what was done (not when a notice explains it)."""
     holder = st.empty()
     work: list[str] = []
     try:
@@ -94,9 +95,9 @@ def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozense
             holder.empty()
         raise
     holder.empty()
-    if work:
-        st.toast(f"{source.label} is ready ({' and '.join(work)}). Next time it opens straight into chat.",
-                 icon=":material/check_circle:")
+    if work and announce:
+        st.toast(f"{source.label} is ready ({' and '.join(work)}). It is kept on this computer, so next time it "
+                 "opens at once.", icon=":material/check_circle:")
     return loaded
 
 
@@ -116,7 +117,7 @@ def ensure_model_or_demo(source: Source, threads: int) -> tuple[Loaded, LoadFail
             if exc.kind not in hub.UNREACHABLE:
                 raise
             failure = exc
-    return ensure_model(demo_source(), threads), failure
+    return ensure_model(demo_source(), threads, announce=False), failure  # the notice says why
 
 
 def _ensure(source: Source, threads: int, work: list) -> Loaded:

@@ -7,7 +7,7 @@ message dicts, the messages list): the code grabs them before streaming and only
 
 A stored message is a plain dict:
     {"role": "user"|"assistant", "content": str,
-     # assistant only:
+     # assistant only: "id": a short unique string (keys of its widgets),
      "mode": "ar"|"diffusion", "stats": dict|None, "stop_reason": str|None, "stopped": bool,
      "trimmed": int (older messages left out to fit the context), "steps": [picture frames] (diffusion)}
 """
@@ -49,6 +49,7 @@ SETTINGS = {
     "attention": "causal",
 }
 SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
+REPLAY = "replay_playing"     # {"key": the replay slider's key, "step": the step to show next} while one plays
 
 
 def init() -> None:
@@ -66,16 +67,27 @@ def init() -> None:
             ss[key] = copy.deepcopy(value)
     if SAVED not in ss:
         ss[SAVED] = dict(SETTINGS)
+    for key, value in SETTINGS.items():
+        keep(key, value)
+    ss[REPLAY] = None  # a replay plays on in its own fragment's reruns only: any full run stops it
+
+
+def keep(key: str, default):
+    """Take widget `key`'s latest value into the saved settings (when it has one), then hand it back to the
+    widget before it is drawn; `default` when there is none yet. Returns the value (see init)."""
+    ss = st.session_state
     saved = ss[SAVED]
-    for key in SETTINGS:
-        if key in ss:
-            saved[key] = ss[key]  # the user's last edit, or a callback's
-        if saved[key] is not None:
-            ss[key] = saved[key]
+    if key in ss:
+        saved[key] = ss[key]  # the user's last edit, or a callback's
+    elif key not in saved:
+        saved[key] = default
+    if saved[key] is not None:
+        ss[key] = saved[key]
+    return saved[key]
 
 
 def put(key: str, value) -> None:
-    """Change a setting from code (before its widget is drawn in this run)."""
+    """Change a setting (or any widget kept with keep) from code, before its widget is drawn in this run."""
     st.session_state[key] = st.session_state[SAVED][key] = value
 
 
@@ -94,6 +106,20 @@ def seed_from_model(model, engine_path: str) -> None:
                        ("max_new_tokens", min(int(ss.max_new_tokens), max(16, model.context_length // 2)))):
         put(key, value)
     ss.defaults_for = engine_path
+
+
+def uses_system_prompt(model) -> bool:
+    """Whether the model's chat template puts a system message into the prompt at all (some drop it)."""
+    user = [{"role": "user", "content": "Hello"}]
+    probe = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}]
+    return model.chat_ids(probe + user) != model.chat_ids(user)
+
+
+def system_prompt(model) -> str:
+    """The system prompt the model reads: the sidebar's, or "" when its chat template ignores system messages
+    (so it is neither shown as in use nor exported)."""
+    text = str(st.session_state.system_prompt or "").strip()
+    return text if text and uses_system_prompt(model) else ""
 
 
 def decode_params(mode: str | None = None) -> dict:
