@@ -44,6 +44,7 @@ from fake_hub import FakeHub
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 SCREENSHOTS_ENV = "E2E_SCREENSHOTS"  # also copy each screenshot there, without the "e2e-" prefix
+README_SHOT = {"08-diffusion-live-block": "chat"}  # ... and these under the name the README shows them by
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -172,7 +173,9 @@ def _shot(page, name: str) -> None:
     target = os.environ.get(SCREENSHOTS_ENV)
     if target:
         os.makedirs(os.path.join(ROOT, target), exist_ok=True)
-        shutil.copyfile(path, os.path.join(ROOT, target, f"{name}.png"))
+        for copy in (name, README_SHOT.get(name)):
+            if copy:
+                shutil.copyfile(path, os.path.join(ROOT, target, f"{copy}.png"))
 
 
 def _messages(page):
