@@ -30,7 +30,7 @@ DEFAULTS = {
 # Widget key -> initial value: every setting a sidebar or page widget edits (the decode settings are re-seeded
 # from each model's own defaults when it loads). See init() for why they are kept twice.
 SETTINGS = {
-    "model_choice": None,     # None: the picker chooses its default
+    "model_choice": None,     # None: the picker chooses its default before drawing
     "custom_source": "",
     "threads": 0,             # 0: all cores
     "view": "Chat",
@@ -81,8 +81,7 @@ def keep(key: str, default):
         saved[key] = ss[key]  # the user's last edit, or a callback's
     elif key not in saved:
         saved[key] = default
-    if saved[key] is not None:
-        ss[key] = saved[key]
+    ss[key] = saved[key]  # None too: an empty number input (a random seed), or no model chosen yet
     return saved[key]
 
 
