@@ -71,7 +71,7 @@ def memory_and_load(path: str, ctx_fill: int = 0) -> dict:
     forward, optionally after filling ctx_fill positions of the KV cache first."""
     code = (
         "import json, resource, time\n"
-        "from bitnet_app.engine_file import EngineFile\nfrom bitnet_app.engine import Engine\n"
+        "from bitnet_app.engine.file import EngineFile\nfrom bitnet_app.engine import Engine\n"
         f"t = time.perf_counter(); ef = EngineFile({path!r}); e = Engine(ef, threads=2); e.forward([1])\n"
         "load = time.perf_counter() - t\n"
         f"n = {ctx_fill}\n"
@@ -87,8 +87,8 @@ def agreement(path: str, isas: list[str]) -> dict:
     """Logit agreement at the benchmarked settings, on 64 positions of random ids. Random 30-layer
     ternary models are chaotic (a 1e-7 difference flips an int8 rounding somewhere and the flip
     travels), so each comparison changes ONE thing and reports top-1 agreement and median error."""
-    from bitnet_app.engine import Engine
-    from bitnet_app.engine_file import EngineFile
+    from bitnet_app.engine.runtime import Engine
+    from bitnet_app.engine.file import EngineFile
 
     ef = EngineFile(path)
     ids = np.random.default_rng(1).integers(0, ef.config["vocab_size"], 64)

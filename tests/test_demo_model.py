@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from bitnet_app.convert import convert_checkpoint
+from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.model import Model
 from checkpoints import load_reference_model
 from test_parity import require_reference

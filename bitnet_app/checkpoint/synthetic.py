@@ -13,9 +13,9 @@ import json
 
 import numpy as np
 
-from . import packing
+from ..engine import packing
+from ..engine.file import write_engine_file
 from .convert import CONVERTER_VERSION, build_int8_head
-from .engine_file import write_engine_file
 
 # The chat template of microsoft/bitnet-b1.58-2B-4T (shared/reference/bitnet-checkpoint.md section 7).
 BITNET_CHAT_TEMPLATE = (
