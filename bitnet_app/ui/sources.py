@@ -55,9 +55,9 @@ def default_choice() -> str:
 
 def resolve(label: str, custom: str = "") -> Source | None:
     """The Source behind a picker label (None while "custom" is chosen but empty)."""
-    if label == DEMO_LABEL:
-        return demo_source()
     text = (custom if label == CUSTOM_LABEL else label).strip()
+    if label == DEMO_LABEL or text == DEMO:  # "demo" names the bundled demo model everywhere
+        return demo_source()
     if not text:
         return None
     path = os.path.abspath(os.path.expanduser(text))
