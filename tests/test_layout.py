@@ -157,3 +157,14 @@ def test_no_block_of_six_lines_is_written_twice():
             if first != where and (first[0] != rel or lines[i][0] - first[1] >= 6):
                 repeats.append(f"{first[0]}:{first[1]} ~ {rel}:{lines[i][0]}")
     assert not repeats, "repeated blocks: " + "; ".join(repeats)
+
+
+@pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar"])
+def test_benchmarks_are_modules_of_the_checkout(name):
+    """`python -m benchmarks.<name>` from the repository root: importable, with no sys.path edits."""
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{name}")
+    assert callable(module.main)
+    with open(module.__file__, encoding="utf-8") as f:
+        assert "sys.path" not in f.read()

@@ -2,7 +2,7 @@
 
     convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
 
-Two source layouts (see shared/reference/bitnet-checkpoint.md sections 2-5):
+Two source layouts:
   offline  microsoft/bitnet-b1.58-2B-4T: `<proj>.weight` U8 (N/4, K) in the HF blocked layout
            (packing.unpack_hf_u8) + a one-element `<proj>.weight_scale`.
            linear_class "autobitlinear": W_eff = T * weight_scale  (scale_mode "multiply")

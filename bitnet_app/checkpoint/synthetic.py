@@ -18,7 +18,7 @@ from ..engine.file import write_engine_file
 from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
 from .convert import CONVERTER_VERSION, build_int8_head
 
-# The chat template of microsoft/bitnet-b1.58-2B-4T (shared/reference/bitnet-checkpoint.md section 7).
+# The chat template of microsoft/bitnet-b1.58-2B-4T (its tokenizer_config.json).
 BITNET_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
     "{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + '<|eot_id|>' %}"

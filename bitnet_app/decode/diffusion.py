@@ -1,4 +1,4 @@
-"""Block-diffusion decoding, Fast-dLLM v2 style (shared/reference/block-diffusion.md).
+"""Block-diffusion decoding, Fast-dLLM v2 style.
 
     for ev in generate_diffusion(engine, prompt_ids, sampler=Sampler(banned_ids=[mask]), stop_ids={...},
                                  max_new_tokens=64, detokenizer=tok.detokenizer(), block_size=32,
