@@ -15,6 +15,8 @@ import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
+
 MODES = ("ar", "diffusion")
 ATTENTIONS = ("block", "causal")
 DEFAULT_BLOCK_SIZE = 32      # Fast-dLLM v2's bd_size, for a checkpoint that names none
@@ -110,14 +112,14 @@ def _checked(name: str, value, meta):
         return None
     want = describe(meta)
     if kind is bool:
-        if not isinstance(value, bool) and type(value).__name__ != "bool_":
+        if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{name} must be True or False, not {value!r}")
         return bool(value)
     if kind is str:
         if value not in meta["choices"]:
             raise ValueError(f"{name} must be {want}, not {value!r}")
         return value
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be {want}, not {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be {want}, not {value!r}")
