@@ -41,7 +41,7 @@ if str(model.info().get("isa")).lower() == "portable":
 
 view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, required=True,
                             label_visibility="collapsed")
-prompts = suggestions.for_folder(running.target if running.kind == "folder" else None)
+prompts = suggestions.for_folder(sources.folder_of(running))
 if view == "Compare":
     compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)), prompts)
 else:

@@ -1,6 +1,6 @@
 """Block diffusion against AR on one model: committed tokens/s, tokens per forward, and text agreement.
 
-    python benchmarks/diffusion_vs_ar.py --model assets/demo-model --prompts-file assets/demo-heldout.json \
+    python -m benchmarks.diffusion_vs_ar --model assets/demo-model --prompts-file assets/demo-heldout.json \
         [--prompts 16] [--max-new-tokens 96] [--lm-head exact]
 
 For every prompt (from --prompts-file, e.g. the demo model's held-out prompts, else built-in prompts),

@@ -1,4 +1,4 @@
-"""The benchmark protocol of shared/reference/performance.md, in one run:
+"""The engine benchmark protocol (results and how to read them: benchmarks/BENCHMARKS.md), in one run:
 
 1. the machine (CPU model, flags) and its two ceilings, measured now with shared/tools/stream.c
    (weight stream GB/s at batch 1, VNNI GMAC/s at batch 32, both with 2 threads) and vnni.c;
@@ -9,7 +9,9 @@
 4. memory: peak resident set with one engine (short context and an almost full one), and the time to
    open a converted file and produce the first token.
 
-    python benchmarks/run_benchmarks.py [--shared ../shared] [--repeats 5] [--out benchmarks/results]
+    python -m benchmarks.run_benchmarks [--shared ../shared] [--repeats 5] [--out benchmarks/results]
+
+Run from the repository root (the checkout's bitnet_app is imported, here and in the child processes).
 
 Writes <out>/<date>-<commit>.json and prints the markdown rows for BENCHMARKS.md.
 """
@@ -71,7 +73,7 @@ def memory_and_load(path: str, ctx_fill: int = 0) -> dict:
     forward, optionally after filling ctx_fill positions of the KV cache first."""
     code = (
         "import json, resource, time\n"
-        "from bitnet_app.engine_file import EngineFile\nfrom bitnet_app.engine import Engine\n"
+        "from bitnet_app.engine import Engine, EngineFile\n"
         f"t = time.perf_counter(); ef = EngineFile({path!r}); e = Engine(ef, threads=2); e.forward([1])\n"
         "load = time.perf_counter() - t\n"
         f"n = {ctx_fill}\n"
@@ -87,8 +89,7 @@ def agreement(path: str, isas: list[str]) -> dict:
     """Logit agreement at the benchmarked settings, on 64 positions of random ids. Random 30-layer
     ternary models are chaotic (a 1e-7 difference flips an int8 rounding somewhere and the flip
     travels), so each comparison changes ONE thing and reports top-1 agreement and median error."""
-    from bitnet_app.engine import Engine
-    from bitnet_app.engine_file import EngineFile
+    from bitnet_app.engine import Engine, EngineFile
 
     ef = EngineFile(path)
     ids = np.random.default_rng(1).integers(0, ef.config["vocab_size"], 64)

@@ -2,17 +2,18 @@
 
     python -m bitnet_app convert SRC --out DST
     python -m bitnet_app generate --model M --prompt TEXT [--mode ar|diffusion] [--max-new-tokens N]
-                                  [--temperature T] [--seed S] [--top-k K] [--top-p P]
-                                  [--repetition-penalty R] [--chat | --raw] [--system TEXT]
-                                  [--lm-head int8|exact] [--threads N]
+                                  [--temperature T] [--seed S] [--top-k K] [--top-p P] ...
+                                  [--chat | --raw] [--system TEXT] [--lm-head int8|exact] [--threads N]
     python -m bitnet_app bench (--model M | --synthetic 2b4t) [--json] [--threads N] [--isa ISA]
 
-M is an engine file, a checkpoint folder, a Hub repo id, or `demo`: the bundled demo model
-(bitnet_app.demo). A Hub repo that cannot be downloaded because the Hub is out of reach (offline mode,
+generate has one flag per decode knob of bitnet_app/params.py (DecodeParams: names, defaults, ranges,
+help). M is an engine file, a checkpoint folder, a Hub repo id, or `demo`: the bundled demo model
+(bitnet_app.demo); bitnet_app.source turns it into an engine file. A Hub repo that cannot be downloaded because the Hub is out of reach (offline mode,
 no network) falls back to the demo model with a one-line notice on stderr, when the demo model exists.
 
 generate streams the reply to stdout and writes the stats to stderr. A user error (missing file,
-bad checkpoint, prompt too long, no network...) prints one line to stderr and exits with status 2.
+bad checkpoint, a decode value out of range, prompt too long, no network...) prints one line to stderr
+and exits with status 2.
 """
 import argparse
 import json
@@ -36,70 +37,44 @@ def _download_printer(p):
     print(f"download: {100 * p.fraction:5.1f}% {p.file}", file=sys.stderr, flush=True)
 
 
-def _demo_dir() -> str:
-    """The bundled demo model's folder (`--model demo`), or a clear error."""
-    from . import ModelNotFound
-    from .demo import demo_model_dir, missing_message
-
-    folder = demo_model_dir()
-    if folder is None:
-        raise ModelNotFound(missing_message())
-    return folder
-
-
 def _model_file(name: str) -> str:
-    """The engine file for --model: "demo" is the bundled demo model; a Hub repo that cannot be downloaded
-    because the Hub is out of reach (offline mode, no network) falls back to it, with a notice."""
-    from . import resolve_model_file
-    from .demo import NAME, demo_model_dir
-    from .hub import UNREACHABLE, HubError
+    """The engine file for --model (bitnet_app.source.prepare): a Hub repo that cannot be downloaded
+    because the Hub is out of reach falls back to the bundled demo model, with a notice."""
+    from .source import prepare
 
-    progress = dict(download_progress=_download_printer, convert_progress=_progress_printer("convert"))
-    if name == NAME:
-        return resolve_model_file(_demo_dir(), **progress)
-    try:
-        return resolve_model_file(name, **progress)
-    except HubError as exc:
-        demo = demo_model_dir()
-        if exc.kind not in UNREACHABLE or demo is None:
-            raise
-        why = "offline mode is on" if exc.kind == "offline" else "the Hugging Face Hub cannot be reached"
-        print(f"notice: {name} cannot be downloaded ({why}); using the bundled demo model ({demo}) instead",
+    prepared = prepare(name, download_progress=_download_printer, convert_progress=_progress_printer("convert"),
+                       demo_fallback=True)
+    if prepared.fell_back is not None:
+        why = "offline mode is on" if prepared.fell_back.kind == "offline" else "the Hugging Face Hub cannot be reached"
+        print(f"notice: {name} cannot be downloaded ({why}); using the bundled demo model instead",
               file=sys.stderr, flush=True)
-        return resolve_model_file(demo, **progress)
+    return prepared.path
 
 
 def cmd_convert(args) -> int:
-    import os
+    from .checkpoint.convert import convert_checkpoint
+    from .engine.cache import converted_path
+    from .source import checkpoint_folder
 
-    from . import hub
-    from .cache import converted_path
-    from .convert import convert_checkpoint
-    from .demo import NAME
-
-    src = _demo_dir() if args.src == NAME else args.src
-    if not os.path.exists(src) and hub.is_repo_id(src):
-        src = hub.download_checkpoint(src, progress=_download_printer)
+    src = checkpoint_folder(args.src, download_progress=_download_printer)
     out = args.out or converted_path(src)
     convert_checkpoint(src, out, progress=_progress_printer("convert"))
     print(out)
     return 0
 
 
-def _decode_params(args) -> dict:
-    p = {"mode": args.mode, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-         "seed": args.seed, "top_k": args.top_k, "top_p": args.top_p,
-         "repetition_penalty": args.repetition_penalty}
-    if args.mode == "diffusion":
-        p.update(block_size=args.block_size, sub_block_size=args.sub_block_size, threshold=args.threshold,
-                 attention=args.attention, dual_cache=args.dual_cache)
-    return {k: v for k, v in p.items() if v is not None}
+def _decode_params(args):
+    """DecodeParams from the generate flags (ValueError, one line and exit 2, on a bad value)."""
+    from .params import KNOBS, DecodeParams
+
+    return DecodeParams.from_kwargs(**{name: getattr(args, name) for name in KNOBS})
 
 
 def cmd_generate(args) -> int:
     from .decode.events import Done, Token
     from .model import Model
 
+    params = _decode_params(args)  # checked before any model work
     model = Model.open(_model_file(args.model), lm_head=args.lm_head, threads=args.threads)
     if args.raw:
         ids = model.encode(args.prompt)
@@ -107,7 +82,7 @@ def cmd_generate(args) -> int:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         ids = model.chat_ids(messages + [{"role": "user", "content": args.prompt}])
     streamed = ""
-    for ev in model.generate(ids, **_decode_params(args)):
+    for ev in model.generate(ids, **params.kwargs()):
         if isinstance(ev, Token) and ev.text:
             streamed += ev.text
             sys.stdout.write(ev.text)
@@ -115,7 +90,7 @@ def cmd_generate(args) -> int:
         elif isinstance(ev, Done):
             sys.stdout.write(ev.text[len(streamed):] + "\n")  # a held-back trailing character, if any
             sys.stdout.flush()
-            print("stats " + json.dumps(dict(ev.stats, stop_reason=ev.stop_reason, mode=args.mode),
+            print("stats " + json.dumps(dict(ev.stats, stop_reason=ev.stop_reason, mode=params.mode),
                                         sort_keys=True), file=sys.stderr)
     return 0
 
@@ -139,6 +114,35 @@ MODEL_HELP = ("engine file, checkpoint folder, Hub repo id, or 'demo' (the bundl
               "notice, when a Hub repo cannot be downloaded for want of a network)")
 
 
+def _number(text: str):
+    """An int or float as typed; DecodeParams says whether it suits the knob (a fraction for a whole-number
+    knob, NaN, a value out of range get its one-line error)."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _add_decode_flags(parser) -> None:
+    """One flag per DecodeParams knob (bitnet_app/params.py): its name, help, default and choices."""
+    from .params import KNOBS
+
+    for name, f in KNOBS.items():
+        meta, flag = f.metadata, "--" + name.replace("_", "-")
+        default = "the checkpoint's" if f.default is None and meta["diffusion"] else \
+            "none" if f.default is None else f.default
+        help_text = f"{meta['help']} ({'diffusion only; ' if meta['diffusion'] else ''}default: {default})"
+        if meta["kind"] is bool:
+            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+        elif meta["kind"] is str:
+            parser.add_argument(flag, choices=meta["choices"], help=help_text)
+        else:
+            parser.add_argument(flag, type=_number, metavar=name.split("_")[-1].upper(), help=help_text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bitnet_app",
                                  description="BitNet b1.58 on the CPU: convert checkpoints, generate text, benchmark.")
@@ -153,19 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate a reply, streamed to stdout")
     g.add_argument("--model", required=True, help=MODEL_HELP)
     g.add_argument("--prompt", required=True)
-    g.add_argument("--mode", choices=("ar", "diffusion"), default="ar")
-    g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--seed", type=int)
-    g.add_argument("--top-k", type=int)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("--repetition-penalty", type=float)
-    g.add_argument("--block-size", type=int, help="diffusion: slots per block (default: the checkpoint's)")
-    g.add_argument("--sub-block-size", type=int, help="diffusion: slots decoded together (default 8)")
-    g.add_argument("--threshold", type=float, help="diffusion: confidence to fill a slot, in (0, 1] (default 0.9)")
-    g.add_argument("--attention", choices=("block", "causal"), help="diffusion: attention pattern")
-    g.add_argument("--dual-cache", action="store_true", default=None,
-                   help="diffusion: re-run only the sub-block inside a block (faster, approximate for block attention)")
+    _add_decode_flags(g)
     form = g.add_mutually_exclusive_group()
     form.add_argument("--chat", dest="raw", action="store_false", help="wrap the prompt in the chat template (default)")
     form.add_argument("--raw", dest="raw", action="store_true", help="use the prompt text as is (BOS added)")
@@ -191,7 +183,7 @@ def _user_errors() -> tuple:
     """Exceptions that mean bad input or environment, not a bug: one line, exit 2."""
     errors = [ValueError, OSError, NotImplementedError]
     try:
-        from .hub import HubError
+        from .checkpoint.download import HubError
         errors.append(HubError)
     except ImportError:  # huggingface_hub missing: then no HubError can be raised either
         pass

@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from .engine import Engine
-from .engine_file import EngineFile, EngineFileError
+from .engine.file import EngineFile, EngineFileError
+from .engine.runtime import Engine
 
 TG, PP, BLOCK_POS = 128, 128, 128
 BLOCK_SIZES = (1, 4, 8, 16, 32)
@@ -36,8 +36,8 @@ def bytes_per_token(ef: EngineFile, lm_head: str) -> int:
 
 def synthetic_file(shape: str, seed: int = 0) -> str:
     """A random engine file of a named shape, written once into the cache folder and reused."""
-    from .cache import cache_dir
-    from .synthetic import write_synthetic_engine_file
+    from .checkpoint.synthetic import write_synthetic_engine_file
+    from .engine.cache import cache_dir
 
     path = os.path.join(cache_dir(), "synthetic", f"{shape}-seed{seed}.bitnet")
     if os.path.isfile(path):

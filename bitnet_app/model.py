@@ -15,23 +15,17 @@ import os
 
 import numpy as np
 
-from . import chat
 from .decode.ar import generate_ar
+from .checkpoint.config import ternary_weight_count
 from .decode.context import ContextOverflow, check_prompt_fits
 from .decode.events import Done
-from .engine import Engine
-from .engine_file import EngineFile
-from .sampling import Sampler
-from .tokenizer import Tokenizer
+from .decode.sampling import Sampler
+from .engine.file import EngineFile
+from .engine.runtime import Engine
+from .params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE, KNOBS, DecodeParams
+from .text import chat
+from .text.tokenizer import Tokenizer
 
-MODES = ("ar", "diffusion")
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
-DIFFUSION_KEYS = ("block_size", "sub_block_size", "threshold", "attention", "mask_id", "dual_cache")
-DECODE_KEYS = ("mode", "max_new_tokens") + SAMPLING_KEYS + DIFFUSION_KEYS
-DEFAULT_MAX_NEW_TOKENS = 256
-DEFAULT_SUB_BLOCK_SIZE = 8
-DEFAULT_THRESHOLD = 0.9
-DEFAULT_BLOCK_SIZE = 32
 
 
 class Model:
@@ -97,11 +91,13 @@ class Model:
 
     @property
     def diffusion_defaults(self) -> dict:
+        """The block-diffusion knobs this checkpoint starts from (block size, attention and mask from
+        its metadata, the rest from DecodeParams)."""
         d = self.meta.get("diffusion") or {}
         return {"block_size": int(d.get("block_size") or DEFAULT_BLOCK_SIZE),
-                "sub_block_size": DEFAULT_SUB_BLOCK_SIZE,
-                "threshold": DEFAULT_THRESHOLD,
-                "attention": d.get("attention") or "causal",
+                "sub_block_size": KNOBS["sub_block_size"].default,
+                "threshold": KNOBS["threshold"].default,
+                "attention": d.get("attention") or DEFAULT_ATTENTION,
                 "mask_id": self.mask_id if self.mask_id is not None else self.spare_mask_id()}
 
     @property
@@ -127,11 +123,8 @@ class Model:
         """Logical parameters of the checkpoint (the tied head counted once), from the config shapes."""
         c = self.config
         d, i, layers = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["num_hidden_layers"])
-        h, kvh = int(c["num_attention_heads"]), int(c["num_key_value_heads"])
-        hd = int(c.get("head_dim") or d // h)
-        per_layer = d * (h * hd) + 2 * d * (kvh * hd) + (h * hd) * d + 3 * d * i  # q, k+v, o, gate+up+down
-        per_layer += 3 * d + i                                                     # four norms
-        return layers * per_layer + self.vocab_size * d + d                        # + embedding, final norm
+        norms = layers * (3 * d + i) + d                            # four per layer, and the final one
+        return ternary_weight_count(c) + norms + self.vocab_size * d  # + the embedding (tied head)
 
     # ---- text ------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -172,39 +165,27 @@ class Model:
 
     # ---- decoding --------------------------------------------------------------------------
     def generate(self, ids, **decode_params):
-        """Events for a reply to the prompt ids: Token(id, text)... (Step... in diffusion), then Done."""
-        unknown = set(decode_params) - set(DECODE_KEYS)
-        if unknown:
-            raise TypeError(f"unknown decode parameter(s): {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(DECODE_KEYS)}")
-        p = dict(decode_params)
-        mode = p.pop("mode", None) or "ar"
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        """Events for a reply to the prompt ids: Token(id, text)... (Step... in diffusion), then Done.
+        decode_params: the DecodeParams fields (bitnet_app/params.py), checked before anything runs."""
+        p = DecodeParams.from_kwargs(**decode_params)
         ids = self._check_ids(ids)
         check_prompt_fits(len(ids), self.engine.ctx)  # raise here, at the call, not at the first next()
-        max_new = p.pop("max_new_tokens", None)
-        max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
-        mask_id = p.pop("mask_id", None)
-        if mask_id is None:  # AR bans only a real mask token; diffusion needs one, possibly a stand-in
-            mask_id = self.diffusion_defaults["mask_id"] if mode == "diffusion" else self.mask_id
-        mask_id = None if mask_id is None else int(mask_id)
-        if mask_id is not None and not 0 <= mask_id < self.vocab_size:
-            raise ValueError(f"mask_id {mask_id} is out of range for this model (vocabulary {self.vocab_size})")
-        sampler = Sampler(temperature=float(p.pop("temperature", 0.0) or 0.0),
-                          top_k=int(p.pop("top_k", 0) or 0),
-                          top_p=float(p.pop("top_p", None) or 1.0),
-                          repetition_penalty=float(p.pop("repetition_penalty", None) or 1.0),
-                          seed=p.pop("seed", None),
-                          banned_ids=[] if mask_id is None else [mask_id])  # the mask is never a prediction
-        common = dict(sampler=sampler, stop_ids=self.stop_ids, max_new_tokens=max_new,
+        if p.mode == "diffusion":
+            p = p.filled(**self.diffusion_defaults)  # diffusion needs a mask id, possibly a stand-in
+        else:
+            p = p.filled(mask_id=self.mask_id)  # AR bans only a real mask token
+        if p.mask_id is not None and p.mask_id >= self.vocab_size:
+            raise ValueError(f"mask_id {p.mask_id} is out of range for this model (vocabulary {self.vocab_size})")
+        sampler = Sampler(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
+                          repetition_penalty=p.repetition_penalty, seed=p.seed,
+                          banned_ids=[] if p.mask_id is None else [p.mask_id])  # the mask is never a prediction
+        common = dict(sampler=sampler, stop_ids=self.stop_ids, max_new_tokens=p.max_new_tokens,
                       detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids)
-        if mode == "ar":
+        if p.mode == "ar":
             return self._exclusive(generate_ar(self.engine, ids, **common))
-        knobs = self.diffusion_defaults
-        knobs.update({k: v for k, v in p.items() if v is not None})
-        knobs["mask_id"] = mask_id
-        return self._exclusive(_diffusion_generator()(self.engine, ids, **common, **knobs))
+        return self._exclusive(_diffusion_generator()(
+            self.engine, ids, **common, block_size=p.block_size, sub_block_size=p.sub_block_size,
+            threshold=p.threshold, attention=p.attention, mask_id=p.mask_id, dual_cache=p.dual_cache))
 
     def _exclusive(self, gen):
         """Run `gen` as the engine's only user: a later generate()/logits() takes the engine over, and

@@ -9,7 +9,7 @@ Returns (generated ids, per-step fills, stop reason), the fills as lists of slot
 """
 import numpy as np
 
-from numpy_reference import block_mask, causal_mask
+from bitnet_app.engine.reference import block_mask, causal_mask
 
 
 def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block_size, sub_block_size,

@@ -13,7 +13,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from bitnet_app import hub
+from bitnet_app.source import DEFAULT_REPO
 from bitnet_app.ui import export, jobs, reply, sources, suggestions
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
@@ -318,15 +318,15 @@ def test_default_model_out_of_reach_opens_the_demo_model_with_a_notice(env, chec
     else:
         env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     at = _app()
-    assert at.sidebar.selectbox(key="model_choice").value == hub.DEFAULT_REPO  # the choice is kept
+    assert at.sidebar.selectbox(key="model_choice").value == DEFAULT_REPO  # the choice is kept
     notice = _notice(at)
-    assert hub.DEFAULT_REPO in notice and "bundled demo model is shown instead" in notice
+    assert DEFAULT_REPO in notice and "bundled demo model is shown instead" in notice
     assert ("offline mode is on" if how == "offline_mode" else "cannot be reached") in notice
     assert not at.error  # no error page: the demo model is open and chats
     assert not at.toast  # the demo model was converted just now, but the notice says what happened
     assert "Diffusion-trained:** yes" in [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
     about = _sidebar_captions(at)
-    assert "Running the bundled demo model" in about and f"instead of {hub.DEFAULT_REPO}" in about
+    assert "Running the bundled demo model" in about and f"instead of {DEFAULT_REPO}" in about
     assert "1.2 GB download" not in about  # the model that failed is not described as the one running
     at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
     msg = _chat(at, "Hello")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import checkpoints
-from bitnet_app import packing
-from bitnet_app.convert import ConvertError, convert_checkpoint
-from bitnet_app.engine_file import EngineFile
+from bitnet_app.engine import packing
+from bitnet_app.checkpoint.convert import ConvertError, convert_checkpoint
+from bitnet_app.engine.file import EngineFile
 
 GROUPS = {"qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "o": ("self_attn.o_proj",),
           "gate_up": ("mlp.gate_proj", "mlp.up_proj"), "down": ("mlp.down_proj",)}

@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pytest
 
-from bitnet_app.convert import convert_checkpoint
+from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.model import Model
 from test_parity import FP32_FLOOR, Reference, require_reference, summary
 

@@ -2,16 +2,16 @@
 import numpy as np
 import pytest
 
-from bitnet_app.convert import convert_checkpoint
+from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.decode.ar import generate_ar
 from bitnet_app.decode.diffusion import generate_diffusion
 from bitnet_app.decode.events import Done, Step, Token
-from bitnet_app.engine import Engine
-from bitnet_app.engine_file import EngineFile
-from bitnet_app.sampling import Sampler
+from bitnet_app.engine.runtime import Engine
+from bitnet_app.engine.file import EngineFile
+from bitnet_app.decode.sampling import Sampler
 from checkpoints import make_hf_checkpoint
 from diffusion_reference import reference_diffusion
-from numpy_reference import NumpyModel
+from bitnet_app.engine.reference import NumpyModel
 
 B, S = 16, 4
 
@@ -146,8 +146,8 @@ def test_bad_knobs_give_clear_errors(dlm):
     ef, ref, eng, mask = dlm
     base = dict(max_new_tokens=4, block_size=B, sub_block_size=S, threshold=0.9, attention="block")
     cases = [(dict(sub_block_size=5), "must divide"), (dict(threshold=0.0), r"\(0, 1\]"),
-             (dict(threshold=1.5), r"\(0, 1\]"), (dict(attention="full"), "block' or 'causal"),
-             (dict(block_size=0), "positive")]
+             (dict(threshold=1.5), r"\(0, 1\]"), (dict(attention="full"), "'block', 'causal'"),
+             (dict(block_size=0), ">= 1")]
     for change, message in cases:
         with pytest.raises(ValueError, match=message):
             run_engine(eng, prompt_of(4), mask, **{**base, **change})

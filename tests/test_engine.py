@@ -5,11 +5,11 @@ import time
 import numpy as np
 import pytest
 
-from bitnet_app.convert import convert_checkpoint
-from bitnet_app.engine import Engine
-from bitnet_app.engine_file import EngineFile
+from bitnet_app.checkpoint.convert import convert_checkpoint
+from bitnet_app.engine.runtime import Engine
+from bitnet_app.engine.file import EngineFile
 from checkpoints import make_hf_checkpoint
-from numpy_reference import NumpyModel, block_mask
+from bitnet_app.engine.reference import NumpyModel, block_mask
 from test_kernels import PATHS
 
 TOL = 2e-5  # relative to the largest logit: only fp32 summation order differs

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import bitnet_app
-from bitnet_app.convert import convert_checkpoint
+from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.decode.ar import generate_ar
 from bitnet_app.decode.context import ContextOverflow
 from bitnet_app.decode.events import Done, Token
 from bitnet_app.model import Model
-from bitnet_app.sampling import Sampler
+from bitnet_app.decode.sampling import Sampler
 from checkpoints import make_hf_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -237,7 +237,7 @@ def test_cli_bench_synthetic_tiny_json(tmp_path):
     rep = json.loads(r.stdout)
     assert set(rep["block_ms"]) == {"1", "4", "8", "16", "32"} and all(v > 0 for v in rep["block_ms"].values())
     assert rep["decode_tok_s"] > 0 and rep["prefill_tok_s"] > 0 and rep["threads"] == 1 and rep["isa"]
-    from bitnet_app.engine_file import EngineFile
+    from bitnet_app.engine.file import EngineFile
     ef = EngineFile(rep["model"])
     tiles = sum(t.nbytes for n, t in ef.tensors.items() if n.endswith(".codes"))
     assert rep["bytes_per_token"] == tiles + ef.tensors["head.i8"].nbytes

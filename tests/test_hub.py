@@ -1,4 +1,4 @@
-"""bitnet_app.hub against the loopback fake Hub: real huggingface_hub code over real HTTP."""
+"""bitnet_app.checkpoint.download against the loopback fake Hub: real huggingface_hub code over real HTTP."""
 import hashlib
 import json
 import os
@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from bitnet_app import hub
+from bitnet_app.checkpoint import download as hub
+from bitnet_app.checkpoint.config import NotBitNet, not_bitnet_reason, read_model_config
 from fake_hub import FakeHub
 
 BIG = 24 << 20  # many read chunks, so a dropped connection resumes mid-file
@@ -134,7 +135,8 @@ def test_offline_mode_uses_the_cache_only(served, cache, monkeypatch):
     assert hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache) == folder
     with pytest.raises(hub.HubError) as err:
         hub.download_checkpoint("org/never-downloaded", cache_dir=cache)
-    assert err.value.kind == "offline" and "Demo model" in str(err.value)
+    assert err.value.kind == "offline" and "bundled demo model" in str(err.value)
+    assert "model picker" not in str(err.value)  # the API has none (the page words its own advice)
 
 
 def test_no_network(cache, monkeypatch):
@@ -142,7 +144,7 @@ def test_no_network(cache, monkeypatch):
     with pytest.raises(hub.HubError) as err:
         hub.download_checkpoint("org/bitnet-tiny", cache_dir=cache)
     assert err.value.kind == "network"
-    assert "no network" in str(err.value) and "Demo model" in str(err.value) and "retry" in str(err.value)
+    assert "no network" in str(err.value) and "bundled demo model" in str(err.value) and "retry" in str(err.value)
 
 
 def test_no_network_falls_back_to_a_complete_cached_copy(served, cache, monkeypatch):
@@ -191,8 +193,24 @@ def test_bad_repo_id_is_explained(cache):
     assert err.value.kind == "not_found" and "owner/name" in str(err.value)
 
 
-def test_check_bitnet_config_accepts_both_official_layouts():
-    hub.check_bitnet_config({"architectures": ["BitNetForCausalLM"], "model_type": "bitnet"}, "x")
-    hub.check_bitnet_config({"model_type": "llama", "quantization_config": {"quant_method": "bitnet"}}, "x")
-    with pytest.raises(hub.HubError):
-        hub.check_bitnet_config({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, "x")
+def test_one_bitnet_rule_for_the_download_and_the_converter(tmp_path):
+    """The Hub check refuses exactly what the converter refuses, before any weights are fetched: a Llama
+    with BitNet quantization has no BitNet sub-norms, so it is refused by both."""
+    cases = {"bitnet": ({"architectures": ["BitNetForCausalLM"], "model_type": "bitnet"}, True),
+             "arch-only": ({"architectures": ["BitNetForCausalLM"]}, True),
+             "llama-bitnet-quant": ({"model_type": "llama", "quantization_config": {"quant_method": "bitnet"}}, False),
+             "mistral": ({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, False)}
+    for name, (config, ok) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        assert (not_bitnet_reason(config, str(folder)) is None) == ok, name
+        if ok:
+            hub.check_folder_config(str(folder), str(folder))
+            continue
+        with pytest.raises(hub.HubError) as err:
+            hub.check_folder_config(str(folder), str(folder))
+        assert err.value.kind == "not_bitnet"
+        with pytest.raises(NotBitNet) as conv_err:
+            read_model_config(str(folder))
+        assert str(conv_err.value) == str(err.value)  # the same words from both

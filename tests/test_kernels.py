@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bitnet_app import _engine
-from bitnet_app.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary_tiles,
+from bitnet_app.engine.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary_tiles,
                                 quantize_rows_int8)
 
 

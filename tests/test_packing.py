@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bitnet_app import packing
+from bitnet_app.engine import packing
 
 SHAPES = [(1, 1), (1, 17), (4, 3), (15, 16), (16, 16), (17, 33), (33, 100), (40, 7)]
 

@@ -37,9 +37,9 @@ import os
 import numpy as np
 import pytest
 
-from bitnet_app import packing
-from bitnet_app.convert import convert_checkpoint
-from bitnet_app.engine_file import EngineFile, write_engine_file
+from bitnet_app.engine import packing
+from bitnet_app.checkpoint.convert import convert_checkpoint
+from bitnet_app.engine.file import EngineFile, write_engine_file
 from bitnet_app.model import Model
 from test_kernels import PATHS
 
@@ -482,11 +482,11 @@ def test_broken_engine_files_fail_the_same_checks(cases, name, bug):
 
 
 class _InterleavedRopeNumpy:
-    """numpy_reference.NumpyModel with interleaved RoPE (pairs (2i, 2i+1) at frequency i): what a
+    """bitnet_app.engine.reference.NumpyModel with interleaved RoPE (pairs (2i, 2i+1) at frequency i): what a
     buggy engine would compute on the correct file."""
 
     def __new__(cls, ef):
-        from numpy_reference import NumpyModel
+        from bitnet_app.engine.reference import NumpyModel
 
         class Interleaved(NumpyModel):
             @staticmethod

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bitnet_app.safetensors_reader import Checkpoint, SafetensorsError, SafetensorsFile
+from bitnet_app.checkpoint.safetensors_reader import Checkpoint, SafetensorsError, SafetensorsFile
 
 
 def test_dtypes_match_safetensors(tmp_path):

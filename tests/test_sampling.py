@@ -3,7 +3,7 @@ logits processors, and the sampler's draws against the distribution it reports."
 import numpy as np
 import pytest
 
-from bitnet_app.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
+from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
                                  top_k_filter, top_p_filter)
 
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from bitnet_app import packing
-from bitnet_app.engine_file import EngineFile
-from bitnet_app.synthetic import SHAPES, random_bf16, random_ternary_tiles, write_synthetic_engine_file
+from bitnet_app.engine import packing
+from bitnet_app.engine.file import EngineFile
+from bitnet_app.checkpoint.synthetic import SHAPES, random_bf16, random_ternary_tiles, write_synthetic_engine_file
 
 
 def test_tiny_file_is_consistent(tmp_path):

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from bitnet_app.chat import (BITNET_CHAT_TEMPLATE, ChatTemplateError, chat_prompt_ids, render_chat,
+from bitnet_app.text.chat import (BITNET_CHAT_TEMPLATE, ChatTemplateError, chat_prompt_ids, render_chat,
                              trim_history)
-from bitnet_app.tokenizer import Tokenizer
+from bitnet_app.text.tokenizer import Tokenizer
 from checkpoints import BOS, EOS, EOT, toy_tokenizer_json
 
 

@@ -15,6 +15,7 @@ list exact after every forward, so closing the generator at any yield leaves bot
 """
 import time
 
+from ..params import KNOBS
 from .context import check_prompt_fits, reusable_prefix
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Token
 
@@ -30,7 +31,7 @@ def _forward_commit(engine, ids, start, kv_ids):
     return logits[0]
 
 
-def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = 256,
+def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = KNOBS["max_new_tokens"].default,
                 detokenizer=None, kv_ids: list | None = None):
     prompt = [int(i) for i in prompt_ids]
     check_prompt_fits(len(prompt), engine.ctx)

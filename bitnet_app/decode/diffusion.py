@@ -1,4 +1,4 @@
-"""Block-diffusion decoding, Fast-dLLM v2 style (shared/reference/block-diffusion.md).
+"""Block-diffusion decoding, Fast-dLLM v2 style.
 
     for ev in generate_diffusion(engine, prompt_ids, sampler=Sampler(banned_ids=[mask]), stop_ids={...},
                                  max_new_tokens=64, detokenizer=tok.detokenizer(), block_size=32,
@@ -24,25 +24,20 @@ import time
 
 import numpy as np
 
+from ..params import KNOBS, DecodeParams
 from .context import check_prompt_fits
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Step, Token
 
-ATTENTIONS = ("block", "causal")
-
 
 def check_knobs(vocab_size: int, block_size: int, sub_block_size: int, threshold: float, attention: str,
-                mask_id) -> None:
-    """Clear errors for knob values the decoder cannot run with."""
-    if int(block_size) < 1:
-        raise ValueError(f"block_size must be a positive number of slots, not {block_size}")
-    if int(sub_block_size) < 1 or int(block_size) % int(sub_block_size):
-        raise ValueError(f"sub_block_size ({sub_block_size}) must divide block_size ({block_size}); try 8 with 32")
-    if not 0.0 < float(threshold) <= 1.0:
-        raise ValueError(f"threshold must lie in (0, 1], not {threshold} (0.9 is a good start; 1.0 = one slot per forward)")
-    if attention not in ATTENTIONS:
-        raise ValueError(f"attention must be 'block' or 'causal', not {attention!r}")
-    if mask_id is None or not 0 <= int(mask_id) < vocab_size:
+                mask_id) -> DecodeParams:
+    """The knobs as checked DecodeParams (bitnet_app/params.py), the mask id also against this model's
+    vocabulary: clear errors for values the decoder cannot run with, whoever calls it."""
+    p = DecodeParams(mode="diffusion", block_size=block_size, sub_block_size=sub_block_size, threshold=threshold,
+                     attention=attention, mask_id=mask_id)
+    if p.mask_id is None or p.mask_id >= vocab_size:
         raise ValueError(f"mask_id {mask_id} is out of range for this model (vocabulary {vocab_size})")
+    return p
 
 
 class _Reply:
@@ -147,16 +142,18 @@ class _Run:
             yield ev
 
 
-def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = 256, detokenizer=None,
-                       kv_ids: list | None = None, block_size: int = 32, sub_block_size: int = 8,
-                       threshold: float = 0.9, attention: str = "block", mask_id=None, dual_cache: bool = False):
+def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = KNOBS["max_new_tokens"].default,
+                       detokenizer=None, kv_ids: list | None = None, block_size: int, sub_block_size: int,
+                       threshold: float, attention: str, mask_id, dual_cache: bool = False):
+    """Block-diffusion events for prompt_ids; the knobs are DecodeParams' (Model.generate fills the
+    checkpoint's block size, attention and mask id)."""
     prompt = [int(i) for i in prompt_ids]
-    B, S, thr = int(block_size), int(sub_block_size), float(threshold)
-    check_knobs(engine.vocab_size, B, S, thr, attention, mask_id)
+    p = check_knobs(engine.vocab_size, block_size, sub_block_size, threshold, attention, mask_id)
+    B, S, thr, attention, mask_id = p.block_size, p.sub_block_size, p.threshold, p.attention, p.mask_id
     check_prompt_fits(len(prompt), engine.ctx)
     budget = min(int(max_new_tokens), engine.ctx - len(prompt))
     reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
-    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, int(mask_id), dual_cache, kv_ids)
+    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, mask_id, dual_cache, kv_ids)
     mask, clock = run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.

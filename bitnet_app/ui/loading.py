@@ -1,17 +1,16 @@
 """First run: download (bytes, speed, ETA) -> convert (its own progress) -> load, then cached.
 
+The work is bitnet_app.source.prepare, run as a background job; this module only draws its progress.
 A second start finds the converted engine file and goes straight to chat without touching the network.
 Failures raise LoadFailure(kind, message), which first_run.py turns into a page that says what to do.
 """
-import json
-import os
 import threading
 import time
 
 import streamlit as st
 
-from .. import hub
-from ..cache import converted_path
+from .. import source as model_source
+from ..units import format_bytes
 from . import jobs
 from .sources import Source, demo_available, demo_source
 
@@ -55,31 +54,6 @@ def load_compare_engine(path: str, threads: int) -> Loaded:
     return _open(path, threads)
 
 
-def _valid_engine_file(path: str) -> bool:
-    from ..engine_file import EngineFile, EngineFileError
-    if not os.path.isfile(path):
-        return False
-    try:
-        EngineFile(path)
-        return True
-    except (EngineFileError, OSError, ValueError):
-        return False
-
-
-def engine_bytes_estimate(folder: str) -> int:
-    """Size of the engine file conversion will write: bf16 embedding + int8 head + 2-bit ternary weights."""
-    try:
-        with open(os.path.join(folder, "config.json")) as f:
-            c = json.load(f)
-        d, i, n = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["num_hidden_layers"])
-        h, kvh, v = int(c["num_attention_heads"]), int(c["num_key_value_heads"]), int(c["vocab_size"])
-        hd = int(c.get("head_dim") or d // h)
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-        return 0
-    ternary = n * (d * h * hd + 2 * d * kvh * hd + h * hd * d + 3 * d * i)
-    return 3 * v * d + ternary // 4 + (16 << 20)
-
-
 def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset(),
                  announce: bool = True) -> Loaded:
     """The loaded model for `source`, drawing download and conversion progress on the way (the progress
@@ -108,33 +82,32 @@ def ensure_model_or_demo(source: Source, threads: int) -> tuple[Loaded, LoadFail
     every rerun: it stays failed (and the demo model stays open) until Retry forgets it."""
     if source.kind != "hub" or not demo_available():
         return ensure_model(source, threads), None
-    job = jobs.failed(_download_key(source.target))
+    job = jobs.failed(_prepare_key(source))
     failure = _failure(job) if job is not None else None
-    if failure is None or failure.kind not in hub.UNREACHABLE:
+    if failure is None or failure.kind not in model_source.UNREACHABLE:
         try:
-            return ensure_model(source, threads, clear_on=hub.UNREACHABLE), None
+            return ensure_model(source, threads, clear_on=model_source.UNREACHABLE), None
         except LoadFailure as exc:
-            if exc.kind not in hub.UNREACHABLE:
+            if exc.kind not in model_source.UNREACHABLE:
                 raise
             failure = exc
     return ensure_model(demo_source(), threads, announce=False), failure  # the notice says why
 
 
 def _ensure(source: Source, threads: int, work: list) -> Loaded:
-    if source.kind == "folder" and source.target.endswith(".bitnet") and os.path.isfile(source.target):
-        return _load(source.target, threads)
-    if source.kind == "hub":
-        folder = hub.cached_checkpoint(source.target)  # no network on a second start
-        if folder is None or not _valid_engine_file(converted_path(folder)):
-            folder = _download(source.target)
-            work.append("downloaded")
-    else:
-        folder = _check_folder(source.target)
-    path = converted_path(folder)
-    if not _valid_engine_file(path):
-        _convert(folder, path)
-        work.append("converted for this CPU")
-    return _load(path, threads)
+    """Prepare the engine file on a background job (drawing each stage's progress as it comes), then load."""
+    job = jobs.run(_prepare_key(source), lambda report: model_source.prepare(
+        source.target, download_progress=lambda p: report(("download", p)),
+        convert_progress=lambda fraction, message="": report(("convert", (fraction, message)))))
+    view = _ProgressView(source)
+    try:
+        prepared = _wait(job, view.draw)
+    except LoadFailure as exc:
+        view.failed(exc)
+        raise
+    view.done()
+    work.extend(prepared.work)
+    return _load(prepared.path, threads)
 
 
 def _load(path: str, threads: int) -> Loaded:
@@ -142,21 +115,6 @@ def _load(path: str, threads: int) -> Loaded:
         return load_engine(path, int(threads))
     except Exception as exc:  # noqa: BLE001 - a broken file or an engine that cannot start is explained
         raise LoadFailure("bad_checkpoint", f"The model file {path} could not be loaded: {exc}") from exc
-
-
-def _check_folder(folder: str) -> str:
-    if not os.path.isdir(folder):
-        raise LoadFailure("not_found", f"There is no folder {folder} on this computer, and it is not a Hub "
-                                       "repository id (owner/name) either. Check the path or the spelling.")
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-        raise LoadFailure("bad_checkpoint", f"{folder} has no config.json, so it is not a model checkpoint. "
-                                            "Choose the folder that holds config.json, tokenizer.json and the "
-                                            "*.safetensors files.")
-    try:
-        hub.check_folder_config(folder, folder)
-    except hub.HubError as exc:
-        raise LoadFailure(exc.kind, str(exc)) from exc
-    return folder
 
 
 def _wait(job: jobs.Job, draw) -> object:
@@ -172,14 +130,19 @@ def _wait(job: jobs.Job, draw) -> object:
     return job.result
 
 
+# The API's advice for an unreachable Hub names the command line's way out; the page has buttons for it.
+PAGE_OFFLINE_HINT = ("Choose \"Demo model (bundled, offline)\" in the model picker, point it at a checkpoint "
+                     "folder on this computer, or connect to the internet and retry.")
+
+
 def _failure(job: jobs.Job) -> LoadFailure:
     err = job.error
-    kind = getattr(err, "kind", None) or ("bad_checkpoint" if isinstance(err, ValueError) else "error")
-    return LoadFailure(kind, str(err), job.trace)
+    message = str(err).replace(model_source.OFFLINE_HINT, PAGE_OFFLINE_HINT)
+    return LoadFailure(model_source.kind_of(err), message, job.trace)
 
 
-def _download_key(repo_id: str) -> str:
-    return f"download:{repo_id}"
+def _prepare_key(source: Source) -> str:
+    return f"prepare:{source.target}"
 
 
 def _eta_text(seconds: float | None) -> str:
@@ -190,63 +153,69 @@ def _eta_text(seconds: float | None) -> str:
     return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s left"
 
 
-def _download(repo_id: str) -> str:
-    st.markdown(f"#### First start: getting **{repo_id}**")
-    st.caption("The model is downloaded once, converted for this CPU once, and then opens straight into chat "
-               "on every later start. An interrupted download continues where it stopped.")
-    status = st.status(f"Downloading {repo_id}…", expanded=True)
-    with status:
-        bar = st.progress(0.0, text="Listing the files…")
-        line = st.empty()
+class _ProgressView:
+    """The download and conversion progress boxes, each drawn when its stage first reports."""
 
-    def draw(p: hub.DownloadProgress):
-        bar.progress(p.fraction, text=f"{hub.format_bytes(p.done)} of {hub.format_bytes(p.total)} "
-                                      f"({p.fraction:.0%})")
+    def __init__(self, source: Source):
+        self.source = source
+        self.stage = None            # "download" | "convert" | None before the first report
+        self.status = self.bar = self.line = None
+        self.started = time.monotonic()
+
+    def draw(self, report) -> None:
+        stage, value = report
+        if stage != self.stage:
+            self._close_stage()
+            self.stage, self.started = stage, time.monotonic()
+            self._open_stage()
+        if stage == "download":
+            self._draw_download(value)
+        else:
+            fraction, message = value
+            self.bar.progress(float(fraction), text=f"{message} · {fraction:.0%} · "
+                                                    f"{time.monotonic() - self.started:.0f} s")
+
+    def _open_stage(self) -> None:
+        if self.stage == "download":
+            repo_id = self.source.target
+            st.markdown(f"#### First start: getting **{repo_id}**")
+            st.caption("The model is downloaded once, converted for this CPU once, and then opens straight into "
+                       "chat on every later start. An interrupted download continues where it stopped.")
+            self.status = st.status(f"Downloading {repo_id}…", expanded=True)
+            with self.status:
+                self.bar = st.progress(0.0, text="Listing the files…")
+                self.line = st.empty()
+        else:
+            self.status = st.status("Converting the checkpoint for this CPU (once)…", expanded=True)
+            with self.status:
+                self.bar = st.progress(0.0, text="Reading the checkpoint…")
+
+    def _draw_download(self, p) -> None:
+        self.bar.progress(p.fraction, text=f"{format_bytes(p.done)} of {format_bytes(p.total)} ({p.fraction:.0%})")
         if p.speed:
-            speed = f"{hub.format_bytes(p.speed)}/s"
+            speed = f"{format_bytes(p.speed)}/s"
         elif p.done:
             speed = "waiting for data (a stalled connection is retried automatically)"
         else:
             speed = "measuring speed"
         current = f" · {p.file}" if p.file else ""
-        line.caption(f"{speed} · {_eta_text(p.eta)} · file {min(p.files_done + 1, p.files_total)} of "
-                     f"{p.files_total}{current}")
+        self.line.caption(f"{speed} · {_eta_text(p.eta)} · file {min(p.files_done + 1, p.files_total)} of "
+                          f"{p.files_total}{current}")
 
-    job = jobs.run(_download_key(repo_id), lambda report: hub.download_checkpoint(repo_id, progress=report))
-    try:
-        folder = _wait(job, draw)
-    except LoadFailure:
-        status.update(label=f"Could not download {repo_id}", state="error", expanded=False)
-        raise
-    status.update(label=f"Downloaded {repo_id}", state="complete", expanded=False)
-    return folder
+    def _close_stage(self) -> None:
+        if self.stage == "download":
+            self.status.update(label=f"Downloaded {self.source.target}", state="complete", expanded=False)
+        elif self.stage == "convert":
+            self.status.update(label=f"Converted in {time.monotonic() - self.started:.0f} s", state="complete",
+                               expanded=False)
 
+    def done(self) -> None:
+        self._close_stage()
 
-def _convert(folder: str, path: str) -> None:
-    try:
-        hub.ensure_free_space(os.path.dirname(path), engine_bytes_estimate(folder), "the converted model")
-    except hub.HubError as exc:
-        raise LoadFailure(exc.kind, str(exc)) from exc
-    status = st.status("Converting the checkpoint for this CPU (once)…", expanded=True)
-    with status:
-        bar = st.progress(0.0, text="Reading the checkpoint…")
-    started = time.monotonic()
-
-    def draw(p):
-        fraction, message = p
-        bar.progress(float(fraction), text=f"{message} · {fraction:.0%} · {time.monotonic() - started:.0f} s")
-
-    def work(report):
-        from ..convert import convert_checkpoint
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return convert_checkpoint(folder, path, progress=report)
-
-    job = jobs.run(f"convert:{path}", work)
-    try:
-        _wait(job, draw)
-    except LoadFailure as exc:
-        status.update(label="The checkpoint could not be converted", state="error", expanded=False)
-        if exc.kind == "error":
-            exc.kind = "bad_checkpoint"
-        raise
-    status.update(label=f"Converted in {time.monotonic() - started:.0f} s", state="complete", expanded=False)
+    def failed(self, failure: LoadFailure) -> None:
+        if self.stage == "download":
+            self.status.update(label=f"Could not download {self.source.target}", state="error", expanded=False)
+        elif self.stage == "convert":
+            self.status.update(label="The checkpoint could not be converted", state="error", expanded=False)
+            if failure.kind == "error":
+                failure.kind = "bad_checkpoint"

@@ -7,7 +7,8 @@ import os
 
 import streamlit as st
 
-from .. import hub
+from ..params import KNOBS, MODES
+from ..units import format_bytes
 from . import export, sources, state
 from .stats import MODE_LABELS
 
@@ -61,10 +62,8 @@ def settings(model, busy: bool) -> None:
     ss = st.session_state
     with st.sidebar:
         st.divider()
-        st.radio("Decoding", ["ar", "diffusion"], key="mode", horizontal=True, disabled=busy,
-                 format_func=MODE_LABELS.get,
-                 help="Autoregressive writes one token per forward; block diffusion fills several slots of a "
-                      "block per forward.")
+        st.radio(KNOBS["mode"].metadata["label"], MODES, key="mode", horizontal=True, disabled=busy,
+                 format_func=MODE_LABELS.get, help=KNOBS["mode"].metadata["help"])
         st.toggle("Slow motion", key="slow_motion", disabled=busy,
                   help="Draw chat replies at a pace people can follow (about 25 tokens, or diffusion steps, per "
                        "second): small models write faster than the eye. The speed figures stay the engine's own.")
@@ -73,36 +72,39 @@ def settings(model, busy: bool) -> None:
                     "leftmost slot first) but expect about one token per forward and AR speed.",
                     icon=":material/info:")
         with st.expander("Sampling", expanded=True, icon=":material/tune:"):
-            st.slider("Temperature", 0.0, 2.0, step=0.05, key="temperature", disabled=busy,
-                      help="0 always picks the likeliest token; higher values give more varied text.")
-            st.slider("Top-p", 0.05, 1.0, step=0.05, key="top_p", disabled=busy,
-                      help="Sample only from the smallest set of tokens whose probabilities add up to p.")
-            st.slider("Top-k", 0, 200, step=1, key="top_k", disabled=busy,
-                      help="Sample only from the k likeliest tokens; 0 turns the limit off.")
-            st.slider("Repetition penalty", 1.0, 2.0, step=0.05, key="repetition_penalty", disabled=busy,
-                      help="Above 1 makes tokens that already appeared less likely, against loops.")
-            st.number_input("Max new tokens", min_value=1, max_value=max(1, model.context_length - 1), step=16,
-                            key="max_new_tokens", disabled=busy, help="The longest reply, in tokens.")
-            st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key="seed", disabled=busy,
-                            help="The same seed and settings give the same reply.")
+            for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+                _knob(name, busy)
+            _knob("max_new_tokens", busy, high=max(1, model.context_length - 1))
+            _knob("seed", busy, placeholder="random")
         with st.expander("Block diffusion", expanded=ss.mode == "diffusion", icon=":material/grid_view:"):
-            st.selectbox("Block size", [4, 8, 16, 32, 64], key="block_size", disabled=busy,
-                         help="Tokens per block; must match the block size the model was trained with.")
-            subs = [s for s in (1, 2, 4, 8, 16, 32, 64) if s <= ss.block_size]
+            _knob("block_size", busy)
+            subs = [s for s in KNOBS["sub_block_size"].metadata["ui"]["options"] if s <= ss.block_size]
             if ss.sub_block_size not in subs:
                 state.put("sub_block_size", subs[-1])
-            st.selectbox("Sub-block size", subs, key="sub_block_size", disabled=busy,
-                         help="Slots decided together, left to right inside a block.")
-            st.slider("Confidence threshold", 0.5, 1.0, step=0.01, key="threshold", disabled=busy,
-                      help="Fill every slot whose prediction is at least this sure; 1.0 fills one per forward.")
-            st.selectbox("Attention pattern", ["block", "causal"], key="attention", disabled=busy,
-                         help="block: slots in a block see each other (Fast-dLLM v2); causal: each sees only "
-                              "earlier ones.")
+            _knob("sub_block_size", busy, options=subs)
+            _knob("threshold", busy)
+            _knob("attention", busy)
         if state.uses_system_prompt(model):
             st.text_area("System prompt", key="system_prompt", height=90, disabled=busy,
                          help="Instructions the model reads before the conversation.")
         else:
             st.caption("This model's chat template has no place for a system prompt, so it takes none.")
+
+
+def _knob(name: str, busy: bool, **ui) -> None:
+    """The widget of one decode knob, from its DecodeParams metadata (label, help, range; `ui` overrides
+    the widget hints, e.g. a model-dependent maximum)."""
+    meta = KNOBS[name].metadata
+    ui = {**meta["ui"], **ui}
+    common = dict(key=name, disabled=busy, help=meta["help"])
+    widget = ui.get("widget") or "select"
+    if widget == "slider":
+        st.slider(meta["label"], ui["low"], ui["high"], step=ui["step"], **common)
+    elif widget == "number":
+        st.number_input(meta["label"], min_value=meta["low"], max_value=ui.get("high"), step=ui["step"],
+                        placeholder=ui.get("placeholder"), **common)
+    else:
+        st.selectbox(meta["label"], ui.get("options") or meta["choices"], **common)
 
 
 def chat_actions(model, model_label: str, busy: bool) -> None:
@@ -153,10 +155,10 @@ def model_info(model, label: str) -> None:
     with st.sidebar:
         with st.expander("Model info", icon=":material/memory:"):
             rows = [("Model", label), ("Parameters", _count(int(info["parameters"]))),
-                    ("Model file", hub.format_bytes(int(info["file_bytes"]))),
+                    ("Model file", format_bytes(int(info["file_bytes"]))),
                     ("Kernel path", isa), ("Threads", str(info.get("threads"))),
                     ("Context", f"{info.get('context')} tokens"),
-                    ("RAM", f"{hub.format_bytes(_rss_bytes())} used of {hub.format_bytes(_total_ram())}"),
+                    ("RAM", f"{format_bytes(_rss_bytes())} used of {format_bytes(_total_ram())}"),
                     ("Diffusion-trained", "yes" if info.get("trained_for_diffusion") else "no")]
             st.markdown("\n".join(f"- **{k}:** {v}" for k, v in rows))
             st.caption(os.path.basename(str(info.get("path", ""))))

@@ -2,8 +2,8 @@
 import os
 from dataclasses import dataclass
 
-from ..demo import PACKAGE_DEMO, demo_model_dir
-from ..hub import DEFAULT_REPO, is_repo_id
+from ..demo import demo_model_dir
+from ..source import DEFAULT_REPO, DEMO, is_repo_id
 from . import suggestions
 
 BF16_REPO = DEFAULT_REPO + "-bf16"
@@ -46,12 +46,19 @@ def describe(source: "Source") -> str:
 @dataclass(frozen=True)
 class Source:
     label: str   # what the picker shows
-    kind: str    # "hub" | "folder"
-    target: str  # repo id or absolute folder path
+    kind: str    # "hub" | "folder" | "demo"
+    target: str  # what bitnet_app.source.prepare takes: a repo id, an absolute path, or "demo"
 
     @property
     def key(self) -> str:
         return f"{self.kind}:{self.target}"
+
+
+def folder_of(source: Source) -> str | None:
+    """The checkpoint folder behind `source` on this computer (its prompt file lives there), or None."""
+    if source.kind == "demo":
+        return demo_model_dir()
+    return source.target if source.kind == "folder" and os.path.isdir(source.target) else None
 
 
 def demo_available() -> bool:
@@ -59,8 +66,8 @@ def demo_available() -> bool:
 
 
 def demo_source() -> Source:
-    """The bundled demo model (when it is missing, the folder check explains that)."""
-    return Source(DEMO_LABEL, "folder", demo_model_dir() or PACKAGE_DEMO)
+    """The bundled demo model (when it is missing, prepare() explains that)."""
+    return Source(DEMO_LABEL, "demo", DEMO)
 
 
 def choices() -> list[str]:
@@ -80,9 +87,9 @@ def default_choice() -> str:
 
 def resolve(label: str, custom: str = "") -> Source | None:
     """The Source behind a picker label (None while "custom" is chosen but empty)."""
-    if label == DEMO_LABEL:
-        return demo_source()
     text = (custom if label == CUSTOM_LABEL else label).strip()
+    if label == DEMO_LABEL or text == DEMO:  # "demo" names the bundled demo model everywhere
+        return demo_source()
     if not text:
         return None
     path = os.path.abspath(os.path.expanduser(text))

@@ -15,6 +15,11 @@ import copy
 
 import streamlit as st
 
+from ..params import KNOBS, DecodeParams
+
+# The decode knobs the sidebar shows (their defaults, ranges and help: bitnet_app/params.py).
+SIDEBAR_KNOBS = ("mode", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed",
+                 "block_size", "sub_block_size", "threshold", "attention")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concisely."
 
 # key -> initial value of the page's own state (never a widget key)
@@ -35,18 +40,8 @@ SETTINGS = {
     "threads": 0,             # 0: all cores
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
-    "mode": "ar",
     "slow_motion": False,     # chat replies drawn at a watchable pace (small models are faster than the eye)
-    "temperature": 0.6,
-    "top_p": 0.9,
-    "top_k": 0,
-    "repetition_penalty": 1.0,
-    "max_new_tokens": 256,
-    "seed": 0,
-    "block_size": 32,
-    "sub_block_size": 8,
-    "threshold": 0.9,
-    "attention": "causal",
+    **{name: KNOBS[name].default for name in SIDEBAR_KNOBS},  # None: the checkpoint's, set by seed_from_model
 }
 SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
 REPLAY = "replay_playing"     # {"key": the replay slider's key, "step": the step to show next} while one plays
@@ -122,16 +117,11 @@ def system_prompt(model) -> str:
 
 
 def decode_params(mode: str | None = None) -> dict:
-    """The settings as Model.generate keyword arguments."""
+    """The settings as Model.generate keyword arguments (the knobs that matter for the mode)."""
     ss = st.session_state
-    mode = mode or ss.mode
-    params = {"mode": mode, "max_new_tokens": int(ss.max_new_tokens), "temperature": float(ss.temperature),
-              "top_p": float(ss.top_p), "top_k": int(ss.top_k), "repetition_penalty": float(ss.repetition_penalty),
-              "seed": int(ss.seed)}
-    if mode == "diffusion":
-        params.update(block_size=int(ss.block_size), sub_block_size=int(ss.sub_block_size),
-                      threshold=float(ss.threshold), attention=ss.attention)
-    return params
+    values = {name: ss[name] for name in SIDEBAR_KNOBS}
+    values["mode"] = mode or ss.mode
+    return DecodeParams.from_kwargs(**values).kwargs()
 
 
 def run() -> dict:

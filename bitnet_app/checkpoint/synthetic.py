@@ -13,11 +13,12 @@ import json
 
 import numpy as np
 
-from . import packing
+from ..engine import packing
+from ..engine.file import write_engine_file
+from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
 from .convert import CONVERTER_VERSION, build_int8_head
-from .engine_file import write_engine_file
 
-# The chat template of microsoft/bitnet-b1.58-2B-4T (shared/reference/bitnet-checkpoint.md section 7).
+# The chat template of microsoft/bitnet-b1.58-2B-4T (its tokenizer_config.json).
 BITNET_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
     "{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + '<|eot_id|>' %}"
@@ -133,7 +134,7 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
         "stop_ids": [s["eos"], s["eot"]],
         "bos_id": s["bos"],
         "mask_id": None,
-        "diffusion": {"block_size": 32, "attention": "causal", "trained": False},
+        "diffusion": {"block_size": DEFAULT_BLOCK_SIZE, "attention": DEFAULT_ATTENTION, "trained": False},
         "source": {"path": None, "layout": "synthetic", "shape": shape, "seed": seed, "linear_class": None,
                    "scale_mode": "multiply", "scale_mode_inferred": False, "embed_dtype": "BF16",
                    "converter_version": CONVERTER_VERSION},

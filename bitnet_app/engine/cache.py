@@ -8,7 +8,7 @@ changed or re-downloaded checkpoint, or a new format, gets a new file; an unchan
 import hashlib
 import os
 
-from .engine_file import FORMAT_VERSION
+from .file import FORMAT_VERSION
 
 CACHE_ENV = "BITNET_APP_CACHE"
 _KEYED_SUFFIXES = (".safetensors", ".json", ".jinja")

@@ -91,6 +91,23 @@ def write_engine_file(path: str, meta: dict, tensors: dict[str, np.ndarray]) -> 
         raise
 
 
+def _read_meta(path: str, size: int) -> dict:
+    """The JSON metadata after the header of a `size`-byte file, or EngineFileError saying what to do."""
+    with open(path, "rb") as f:
+        head = f.read(_HEADER.size)
+        magic, version, meta_len = _HEADER.unpack(head) if len(head) == _HEADER.size else (None, None, 0)
+        problem = ("is too short to be an engine file (truncated?). Convert the checkpoint again." if magic is None
+                   else "is not a BitNet engine file (wrong magic). Convert a checkpoint with "
+                        "`python -m bitnet_app convert`." if magic != MAGIC
+                   else f"has engine format {version}, this version reads {FORMAT_VERSION}. Convert the "
+                        "checkpoint again." if version != FORMAT_VERSION
+                   else "is truncated (metadata runs past the end). Convert the checkpoint again."
+                   if meta_len > size else None)
+        if problem:
+            raise EngineFileError(f"{path} {problem}")
+        return json.loads(f.read(meta_len).decode())
+
+
 class EngineFile:
     """A converted model opened read-only: `meta` (dict) and `tensors` (name -> numpy view of the mmap)."""
 
@@ -98,18 +115,7 @@ class EngineFile:
         self.path = path
         try:
             size = os.path.getsize(path)
-            with open(path, "rb") as f:
-                head = f.read(_HEADER.size)
-                if len(head) < _HEADER.size:
-                    raise EngineFileError(f"{path} is too short to be an engine file (truncated?). Convert the checkpoint again.")
-                magic, version, meta_len = _HEADER.unpack(head)
-                if magic != MAGIC:
-                    raise EngineFileError(f"{path} is not a BitNet engine file (wrong magic). Convert a checkpoint with `python -m bitnet_app convert`.")
-                if version != FORMAT_VERSION:
-                    raise EngineFileError(f"{path} has engine format {version}, this version reads {FORMAT_VERSION}. Convert the checkpoint again.")
-                if meta_len > size:
-                    raise EngineFileError(f"{path} is truncated (metadata runs past the end). Convert the checkpoint again.")
-                self.meta = json.loads(f.read(meta_len).decode())
+            self.meta = _read_meta(path, size)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise

@@ -6,7 +6,7 @@ Shapes: T tokens at positions 0..T-1, D hidden, hd head dim, mask (T, T) bool, T
 """
 import numpy as np
 
-from bitnet_app.packing import bf16_to_f32, unpack_int8_tiles, unpack_ternary_tiles
+from .packing import bf16_to_f32, unpack_int8_tiles, unpack_ternary_tiles
 
 
 def causal_mask(T: int) -> np.ndarray:

@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from .engine_file import EngineFile
+from .file import EngineFile
 
 ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
 
@@ -34,7 +34,7 @@ ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
 class Engine:
     def __init__(self, ef: EngineFile, *, lm_head: str = "int8", threads: int | None = None,
                  isa: str | None = None, ctx: int | None = None, kv: str | None = None):
-        from . import _engine  # the compiled extension (built from _kernels/ by setup.py)
+        from .. import _engine  # the compiled extension (built from _kernels/ by setup.py)
 
         if lm_head not in ("int8", "exact"):
             raise ValueError(f"lm_head must be 'int8' or 'exact', not {lm_head!r}")

@@ -2,7 +2,7 @@
 
     convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
 
-Two source layouts (see shared/reference/bitnet-checkpoint.md sections 2-5):
+Two source layouts:
   offline  microsoft/bitnet-b1.58-2B-4T: `<proj>.weight` U8 (N/4, K) in the HF blocked layout
            (packing.unpack_hf_u8) + a one-element `<proj>.weight_scale`.
            linear_class "autobitlinear": W_eff = T * weight_scale  (scale_mode "multiply")
@@ -22,24 +22,16 @@ import time
 
 import numpy as np
 
-from . import packing
-from .convert_meta import ConvertError, read_model_config, read_quant_config, read_text_meta
-from .engine_file import write_engine_file
+from ..engine import packing
+from ..engine.file import write_engine_file
+from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
+                     ternary_weight_count)
 from .safetensors_reader import Checkpoint, SafetensorsError
 
 FLOAT_TAGS = ("BF16", "F16", "F32")
 HEAD_CHUNK = 8192           # embedding rows per head-quantization chunk (multiple of 16): ~84 MB fp32 at D=2560
 DIVIDE_THRESHOLD = 3.0      # see _infer_scale_mode
 CONVERTER_VERSION = 1
-
-
-def _proj_shapes(cfg: dict) -> dict:
-    """Logical [out N, in K] of the seven projections of one layer."""
-    D, I, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
-    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    return {"self_attn.q_proj": (q, D), "self_attn.k_proj": (kv, D), "self_attn.v_proj": (kv, D),
-            "self_attn.o_proj": (D, q), "mlp.gate_proj": (I, D),
-            "mlp.up_proj": (I, D), "mlp.down_proj": (D, I)}
 
 
 def _norm_shapes(cfg: dict) -> dict:
@@ -72,7 +64,7 @@ def _check_tensors(ck: Checkpoint, cfg: dict, layout: str) -> None:
         p = f"model.layers.{i}."
         for hf, (_, n) in _norm_shapes(cfg).items():
             _expect(ck, p + hf + ".weight", (n,), FLOAT_TAGS)
-        for proj, (N, K) in _proj_shapes(cfg).items():
+        for proj, (N, K) in projection_shapes(cfg).items():
             name = p + proj + ".weight"
             if layout == "offline":
                 if N % 4:
@@ -214,7 +206,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     _check_tensors(ck, cfg, layout)
 
     L = cfg["num_hidden_layers"]
-    projs = list(_proj_shapes(cfg))
+    projs = list(projection_shapes(cfg))
     inferred = False
     if layout == "online":
         scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
@@ -265,3 +257,14 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                            f"path.") from exc
     report(1.0, f"done in {time.time() - t0:.1f} s")
     return out_path
+
+
+def estimated_output_bytes(folder: str) -> int:
+    """About the size of the engine file convert_checkpoint(folder) writes (0 when config.json cannot be
+    read): the bf16 embedding and the int8 head (3 bytes per vocab x hidden), 2-bit ternary weights, and
+    16 MB for norms, scales, padding and metadata."""
+    try:
+        cfg, _ = read_model_config(folder)
+    except ConvertError:
+        return 0
+    return 3 * cfg["vocab_size"] * cfg["hidden_size"] + ternary_weight_count(cfg) // 4 + (16 << 20)

@@ -13,18 +13,15 @@ huggingface_hub. With HF_HUB_OFFLINE=1 only the local cache is used.
 Every failure is a `HubError` with `.kind` (offline, network, not_found, gated, not_bitnet, disk_full,
 incomplete) and a message that says what happened and what to do.
 """
-import collections
 import hashlib
 import json
 import os
 import re
-import shutil
-import threading
-import time
-from dataclasses import dataclass
 from typing import Callable
 
-import tqdm as _tqdm
+from .config import not_bitnet_reason
+from .disk import DiskFull, ensure_free_space
+from .progress import ByteCounter, DownloadProgress, tqdm_class
 
 DEFAULT_REPO = "microsoft/bitnet-b1.58-2B-4T"
 
@@ -36,8 +33,8 @@ NEEDED_FILES = {
 }
 PROGRESS_CHUNK = 1 << 20  # huggingface_hub reads 10 MB per chunk: too coarse for a live byte counter
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_OFFLINE_HINT = ("Choose \"Demo model (bundled, offline)\" in the model picker, point it at a checkpoint folder "
-                 "on this computer, or connect to the internet and retry.")
+OFFLINE_HINT = ("Use the bundled demo model (`demo`) or a checkpoint folder on this computer instead, "
+                 "or connect to the internet and retry.")
 
 
 # Kinds that mean "the Hub cannot be reached from here" (rather than a problem with the repository): the
@@ -51,21 +48,6 @@ class HubError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class DownloadProgress:
-    done: int            # bytes of needed files present so far (including files already cached)
-    total: int           # bytes of all needed files
-    speed: float         # bytes per second over the last few seconds (0 while unknown)
-    eta: float | None    # seconds left at that speed, None while unknown
-    file: str            # file being fetched ("" once finished)
-    files_done: int
-    files_total: int
-
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.done / self.total) if self.total else 0.0
 
 
 def is_repo_id(text: str) -> bool:
@@ -100,115 +82,14 @@ def hf_cache_dir(cache_dir: str | None = None) -> str:
     return constants.HF_HUB_CACHE
 
 
-def check_bitnet_config(config: dict, where: str) -> None:
-    """Raise HubError(not_bitnet) unless config.json describes a BitNet b1.58 model."""
-    archs = [str(a) for a in config.get("architectures") or []]
-    model_type = str(config.get("model_type", ""))
-    quant = config.get("quantization_config") or {}
-    if model_type.lower() == "bitnet" or any("bitnet" in a.lower() for a in archs) \
-            or str(quant.get("quant_method", "")).lower() == "bitnet":
-        return
-    what = ", ".join(archs) or model_type or "an unknown architecture"
-    raise HubError("not_bitnet", f"{where} is not a BitNet b1.58 checkpoint (its config.json says {what}). "
-                                 "This app only runs 1.58-bit BitNet models, such as microsoft/bitnet-b1.58-2B-4T.")
-
-
-def free_bytes(path: str) -> int:
-    """Free space of the file system that holds `path` (or its nearest existing parent)."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return shutil.disk_usage(path).free
-
-
-def ensure_free_space(path: str, needed: int, what: str) -> None:
-    free = free_bytes(path)
-    if free < needed:
-        raise HubError("disk_full", f"Not enough disk space for {what}: it needs {format_bytes(needed)} but only "
-                                    f"{format_bytes(free)} is free at {path}. Free some space (or set HF_HUB_CACHE "
-                                    "to a bigger disk) and try again.")
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-class _ByteCounter:
-    """Thread-safe running totals; turns byte counts into DownloadProgress callbacks."""
-
-    def __init__(self, total: int, files_total: int, callback: Callable | None):
-        self.total, self.files_total, self.callback = total, files_total, callback
-        self.done, self.files_done, self.file = 0, 0, ""
-        self._window = collections.deque()  # (time, bytes moved by this process)
-        self._moved = 0
-        self._lock = threading.Lock()
-
-    def mark(self) -> None:
-        """A reference point for the speed (start of a file), so the first chunk counts too."""
-        with self._lock:
-            self._window.append((time.monotonic(), self._moved))
-
-    def add(self, n: int, *, moved: bool = True) -> None:
-        with self._lock:
-            self.done += n
-            if moved:
-                self._moved += n
-                now = time.monotonic()
-                self._window.append((now, self._moved))
-                while len(self._window) > 2 and now - self._window[0][0] > 5.0:
-                    self._window.popleft()
-        self.report()
-
-    def snapshot(self) -> DownloadProgress:
-        with self._lock:
-            now = time.monotonic()
-            while len(self._window) > 1 and now - self._window[0][0] > 5.0:
-                self._window.popleft()  # a stalled download shows its speed falling to 0
-            speed = 0.0
-            if len(self._window) >= 2:
-                t0, b0 = self._window[0]
-                speed = (self._window[-1][1] - b0) / (now - t0) if now - t0 >= 0.2 else 0.0
-            left = max(0, self.total - self.done)
-            eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
-            return DownloadProgress(self.done, self.total, speed, eta, self.file, self.files_done, self.files_total)
-
-    def report(self) -> None:
-        if self.callback is not None:
-            self.callback(self.snapshot())
-
-
-def _tqdm_class(counter: _ByteCounter):
-    """A silent tqdm that forwards every byte update to `counter` (huggingface_hub calls update(n))."""
-
-    class ByteTqdm(_tqdm.tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["disable"] = True
-            kwargs.pop("name", None)
-            initial = int(kwargs.get("initial") or 0)
-            super().__init__(*args, **kwargs)
-            if initial:  # bytes already on disk from an earlier attempt
-                counter.add(initial, moved=False)
-
-        def update(self, n=1):
-            counter.add(int(n or 0))
-            return super().update(n)
-
-    return ByteTqdm
-
-
 def _translate(exc: Exception, repo_id: str) -> HubError:
     """Map huggingface_hub / httpx errors onto HubError with advice."""
     from huggingface_hub import errors
 
     if isinstance(exc, HubError):
         return exc
+    if isinstance(exc, DiskFull):
+        return HubError(exc.kind, str(exc))
     name = type(exc).__name__
     if isinstance(exc, errors.GatedRepoError):
         return HubError("gated", f"{repo_id} is a gated repository: you must accept its terms on huggingface.co and "
@@ -221,19 +102,19 @@ def _translate(exc: Exception, repo_id: str) -> HubError:
         return HubError("not_found", f"{repo_id} has no such revision (branch, tag or commit). Check the revision.")
     if isinstance(exc, errors.OfflineModeIsEnabled):
         return HubError("offline", f"Offline mode is on (HF_HUB_OFFLINE) and {repo_id} is not in the local cache. "
-                        + _OFFLINE_HINT)
+                        + OFFLINE_HINT)
     if isinstance(exc, errors.LocalEntryNotFoundError) or name in {"ConnectError", "ConnectTimeout", "ReadTimeout",
                                                                   "TimeoutException", "RemoteProtocolError",
                                                                   "NetworkError", "ProxyError", "ReadError"}:
         return HubError("network", f"Cannot reach the Hugging Face Hub ({hub_endpoint()}) to get {repo_id}: "
-                                   f"no network connection, or the Hub is down. {_OFFLINE_HINT}")
+                                   f"no network connection, or the Hub is down. {OFFLINE_HINT}")
     if isinstance(exc, errors.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status in (401, 403):
             return HubError("gated", f"Access to {repo_id} was refused (HTTP {status}). Log in with a token that can "
                                      "read it (`hf auth login`, or set HF_TOKEN) and retry.")
         return HubError("network", f"The Hub answered with an error for {repo_id} (HTTP {status}). Retry later. "
-                        + _OFFLINE_HINT)
+                        + OFFLINE_HINT)
     if isinstance(exc, OSError) and getattr(exc, "errno", None) == 28:
         return HubError("disk_full", f"The disk filled up while downloading {repo_id}. Free some space and retry; "
                                      "the files already downloaded are kept.")
@@ -295,7 +176,7 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
         folder = cached_checkpoint(repo_id, revision=revision, cache_dir=cache)
         if folder is None:
             raise HubError("offline", f"Offline mode is on (HF_HUB_OFFLINE) and {repo_id} is not (completely) in "
-                                      f"the local cache {cache}. " + _OFFLINE_HINT)
+                                      f"the local cache {cache}. " + OFFLINE_HINT)
         check_folder_config(folder, repo_id)
         return folder
     try:
@@ -309,8 +190,8 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
         raise err from exc
 
     order = ["config.json"] + sorted((n for n in sizes if n != "config.json"), key=lambda n: (sizes[n], n))
-    counter = _ByteCounter(sum(sizes.values()), len(order), progress)
-    tqdm_class = _tqdm_class(counter)
+    counter = ByteCounter(sum(sizes.values()), len(order), progress)
+    tqdm_cls = tqdm_class(counter)
     storage = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
     folder = None
     try:
@@ -324,9 +205,9 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
             counter.mark()
             counter.report()
             before = counter.done
-            _fetch_resumable(repo_id, name, commit, storage, token, tqdm_class)
+            _fetch_resumable(repo_id, name, commit, storage, token, tqdm_cls)
             path = hf_hub_download(repo_id, name, revision=commit, cache_dir=cache, token=token,
-                                   endpoint=hub_endpoint(), tqdm_class=tqdm_class)
+                                   endpoint=hub_endpoint(), tqdm_class=tqdm_cls)
             folder = os.path.dirname(path)
             counter.add(sizes[name] - (counter.done - before), moved=False)  # cached files count as done
             counter.files_done += 1
@@ -338,7 +219,7 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
     return folder
 
 
-def _fetch_resumable(repo_id: str, name: str, commit: str, storage: str, token, tqdm_class) -> None:
+def _fetch_resumable(repo_id: str, name: str, commit: str, storage: str, token, tqdm_cls) -> None:
     """Download a plain-HTTP file into blobs/<etag> through a partial file that outlives failures."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
@@ -361,7 +242,7 @@ def _fetch_resumable(repo_id: str, name: str, commit: str, storage: str, token, 
         f.seek(have)
         f.truncate()
         http_get(meta.location, f, resume_size=have, headers=build_hf_headers(token=token),
-                 expected_size=meta.size, tqdm_class=tqdm_class)
+                 expected_size=meta.size, tqdm_class=tqdm_cls)
     if have and re.fullmatch(r"[0-9a-f]{64}", meta.etag) and _sha256(part) != meta.etag:
         os.remove(part)  # the stitched file is not the published one: start over next time
         raise HubError("network", f"{name} of {repo_id} was damaged while resuming the download. "
@@ -392,9 +273,14 @@ def _remember_ref(storage: str, revision: str, commit: str) -> None:
 
 
 def check_folder_config(folder: str, where: str) -> None:
+    """Raise HubError(not_bitnet) unless folder/config.json describes a BitNet b1.58 model (the converter's rule)."""
     try:
         with open(os.path.join(folder, "config.json")) as f:
             config = json.load(f)
     except (OSError, ValueError) as exc:
         raise HubError("not_bitnet", f"{where}: config.json cannot be read ({exc}).") from exc
-    check_bitnet_config(config, where)
+    if not isinstance(config, dict):
+        raise HubError("not_bitnet", f"{where}: config.json is not a JSON object.")
+    reason = not_bitnet_reason(config, where)
+    if reason:
+        raise HubError("not_bitnet", reason)

@@ -1,6 +1,8 @@
 """The non-tensor half of a Hugging Face BitNet checkpoint folder: config, tokenizer, chat template,
 generation settings and block-diffusion (DLM) settings, checked and normalized for the engine file.
 
+not_bitnet_reason(raw, where) -> None, or why config.json is not a model this app runs (the one rule,
+                                 used by the Hub download before fetching weights and by the converter)
 read_model_config(folder) -> (normalized config dict, raw config.json dict)
 read_quant_config(raw)    -> (quant_method, linear_class or None, quantization_mode or None)
 read_text_meta(folder, config, raw) -> the metadata keys the model layer needs (tokenizer_json, stop_ids, ...)
@@ -9,14 +11,21 @@ Every problem raises ConvertError with what is wrong and what to do.
 import json
 import os
 
+from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
+
 MASK_TOKEN = "|<MASK>|"          # the mask token of BitNet DLM checkpoints (tokenizer resized to 128257 rows)
-DEFAULT_BLOCK_SIZE = 32          # Fast-dLLM v2's bd_size
 DEFAULT_ROPE_THETA = 500000.0    # transformers BitNetConfig.default_theta
 ARCH = "BitNetForCausalLM"
 
 
 class ConvertError(ValueError):
     """A checkpoint that cannot be converted; the message says what is wrong and what to do."""
+    kind = "bad_checkpoint"
+
+
+class NotBitNet(ConvertError):
+    """config.json describes another architecture (see not_bitnet_reason)."""
+    kind = "not_bitnet"
 
 
 def read_json(folder: str, name: str, required: bool = False):
@@ -34,15 +43,24 @@ def read_json(folder: str, name: str, required: bool = False):
         raise ConvertError(f"{path} is not valid JSON ({exc}). Download the checkpoint again.") from exc
 
 
+def not_bitnet_reason(raw: dict, where: str) -> str | None:
+    """None when config.json (raw) describes the architecture the engine implements (model_type "bitnet"
+    or BitNetForCausalLM), else a message saying what it is and what to do. A Llama with BitNet
+    quantization is refused too: it lacks the BitNet sub-norms, so the converter could not run it."""
+    archs = [str(a) for a in raw.get("architectures") or []]
+    if str(raw.get("model_type", "")).lower() == "bitnet" or ARCH in archs:
+        return None
+    return (f"{where} holds a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'}), "
+            f"not {ARCH}. This app runs BitNet b1.58 models only: use one such as microsoft/bitnet-b1.58-2B-4T.")
+
+
 def read_model_config(folder: str) -> tuple[dict, dict]:
     """config.json -> (engine config, raw). Accepts the flat `rope_theta` of the real checkpoints and the
     `rope_parameters` dict newer transformers writes."""
     raw = read_json(folder, "config.json", required=True)
-    archs = raw.get("architectures") or []
-    if raw.get("model_type") != "bitnet" and ARCH not in archs:
-        raise ConvertError(
-            f"{folder} holds a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'}), "
-            f"not {ARCH}. This app runs BitNet b1.58 models only: use one such as microsoft/bitnet-b1.58-2B-4T.")
+    reason = not_bitnet_reason(raw, folder)
+    if reason:
+        raise NotBitNet(reason)
     if raw.get("hidden_act", "relu2") != "relu2":
         raise ConvertError(f"hidden_act {raw['hidden_act']!r} is not supported (BitNet b1.58 uses relu2). "
                            f"Use a BitNet b1.58 checkpoint.")
@@ -79,6 +97,20 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
         raise ConvertError(f"{H} attention heads cannot share {cfg['num_key_value_heads']} KV heads, or head_dim "
                            f"{cfg['head_dim']} is odd. Fix config.json or use an unmodified checkpoint.")
     return cfg, raw
+
+
+def projection_shapes(cfg: dict) -> dict:
+    """Logical [out N, in K] of the seven ternary projections of one layer (cfg: the normalized config)."""
+    D, I, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    return {"self_attn.q_proj": (q, D), "self_attn.k_proj": (kv, D), "self_attn.v_proj": (kv, D),
+            "self_attn.o_proj": (D, q), "mlp.gate_proj": (I, D),
+            "mlp.up_proj": (I, D), "mlp.down_proj": (D, I)}
+
+
+def ternary_weight_count(cfg: dict) -> int:
+    """Ternary weights of the whole model (cfg: the normalized config): every layer's seven projections."""
+    return cfg["num_hidden_layers"] * sum(n * k for n, k in projection_shapes(cfg).values())
 
 
 def _rope_theta(raw: dict) -> float:
@@ -185,9 +217,10 @@ def _chat_template(folder: str, tc: dict):
 
 
 def _dlm_attention(dlm) -> str:
-    """"block" (bidirectional inside a block) or "causal"; DLM configs name the key variously."""
+    """"block" (bidirectional inside a block) or "causal"; DLM configs name the key variously, and one
+    that names none means Fast-dLLM v2's block pattern. No dlm_config.json: DEFAULT_ATTENTION."""
     if dlm is None:
-        return "causal"
+        return DEFAULT_ATTENTION
     for key in ("attention", "attention_pattern", "attn_pattern", "attention_type", "attention_mask"):
         v = dlm.get(key)
         if isinstance(v, str):

@@ -1,0 +1,12 @@
+"""Stage 1: a Hugging Face BitNet checkpoint, from the Hub to a converted engine file.
+
+download.py           fetch a repo's needed files into the Hugging Face cache (resume, offline mode, HubError)
+progress.py           download progress as plain numbers (DownloadProgress, the byte counter)
+disk.py               free disk space, checked before writing gigabytes
+config.py             config.json, tokenizer, chat template, DLM settings; the one "is this BitNet?" rule
+safetensors_reader.py the weights, read lazily from *.safetensors
+convert.py            checkpoint folder -> one packed engine file (engine/file.py)
+synthetic.py          a random engine file of a named shape, for benchmarks and tests
+
+Callers outside the package use bitnet_app.source (model source -> engine file), not these modules.
+"""

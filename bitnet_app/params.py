@@ -1,0 +1,153 @@
+"""Decode parameters, written once: each knob's name, default, allowed range, help text and check.
+
+    p = DecodeParams(mode="diffusion", threshold=0.8)   # ValueError with a clear message on a bad value
+    p = DecodeParams.from_kwargs(**decode_params)        # the same; TypeError on an unknown name
+    p.kwargs()                                           # the knobs that matter for p.mode, as keywords
+
+Model.generate/complete take these names as keyword arguments (None means "the default"); the CLI's
+`generate` flags and the page's sidebar widgets are built from KNOBS, the fields' metadata.
+block_size, attention and mask_id default to None: the checkpoint's own values, which Model fills in
+(dlm_config.json where the checkpoint has one; else DEFAULT_BLOCK_SIZE and DEFAULT_ATTENTION).
+Values are checked strictly: NaN and infinity, True/False where a number is meant, a fraction for a
+whole-number knob and a value out of range are refused, never silently replaced.
+"""
+import math
+import numbers
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+
+MODES = ("ar", "diffusion")
+ATTENTIONS = ("block", "causal")
+DEFAULT_BLOCK_SIZE = 32      # Fast-dLLM v2's bd_size, for a checkpoint that names none
+DEFAULT_ATTENTION = "causal"  # for a checkpoint without dlm_config.json (not trained for block diffusion)
+
+
+def knob(default, help: str, *, kind: type, low=None, high=None, low_open: bool = False, choices=(),
+         optional: bool = False, diffusion: bool = False, label: str = "", ui: dict | None = None):
+    """A DecodeParams field and its metadata.
+
+    kind: int, float, bool or str; [low, high] the allowed range (low excluded when low_open);
+    choices: the allowed strings; optional: None is allowed (it means the checkpoint's or a fresh value);
+    diffusion: only block diffusion reads it; label and ui (widget hints: slider/number/select ranges
+    and steps) are for the page's sidebar."""
+    meta = dict(help=help, kind=kind, low=low, high=high, low_open=low_open, choices=tuple(choices),
+                optional=optional, diffusion=diffusion, label=label, ui=ui or {})
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class DecodeParams:
+    mode: str = knob("ar", "Autoregressive (ar) writes one token per forward; block diffusion fills several "
+                     "slots of a block per forward.", kind=str, choices=MODES, label="Decoding")
+    max_new_tokens: int = knob(256, "The longest reply, in tokens.", kind=int, low=1, label="Max new tokens",
+                               ui=dict(widget="number", step=16))
+    temperature: float = knob(0.0, "0 always picks the likeliest token; higher values give more varied text.",
+                              kind=float, low=0.0, label="Temperature",
+                              ui=dict(widget="slider", low=0.0, high=2.0, step=0.05))
+    top_k: int = knob(0, "Sample only from the k likeliest tokens; 0 turns the limit off.", kind=int, low=0,
+                      label="Top-k", ui=dict(widget="slider", low=0, high=200, step=1))
+    top_p: float = knob(1.0, "Sample only from the smallest set of tokens whose probabilities add up to p, "
+                        "in (0, 1]; 1 turns it off.", kind=float, low=0.0, low_open=True, high=1.0,
+                        label="Top-p", ui=dict(widget="slider", low=0.05, high=1.0, step=0.05))
+    repetition_penalty: float = knob(1.0, "Above 1 makes tokens that already appeared less likely, against "
+                                     "loops; 1 turns it off.", kind=float, low=0.0, low_open=True,
+                                     label="Repetition penalty",
+                                     ui=dict(widget="slider", low=1.0, high=2.0, step=0.05))
+    seed: int | None = knob(None, "The same seed and settings give the same reply; without one, each reply "
+                            "draws afresh.", kind=int, low=0, optional=True, label="Seed",
+                            ui=dict(widget="number", high=2**31 - 1, step=1))
+    block_size: int | None = knob(None, "Tokens per block; must match the block size the model was trained "
+                                  "with.", kind=int, low=1, optional=True,
+                                  diffusion=True, label="Block size",
+                                  ui=dict(widget="select", options=(4, 8, 16, 32, 64)))
+    sub_block_size: int = knob(8, "Slots decided together, left to right inside a block; must divide the "
+                               "block size.", kind=int, low=1, diffusion=True, label="Sub-block size",
+                               ui=dict(widget="select", options=(1, 2, 4, 8, 16, 32, 64)))
+    threshold: float = knob(0.9, "Fill every slot whose prediction is more than this sure, in (0, 1]; 1.0 "
+                            "fills one per forward.", kind=float, low=0.0, low_open=True, high=1.0,
+                            diffusion=True, label="Confidence threshold",
+                            ui=dict(widget="slider", low=0.5, high=1.0, step=0.01))
+    attention: str | None = knob(None, "block: slots in a block see each other (Fast-dLLM v2); causal: each "
+                                 "sees only earlier ones.", kind=str,
+                                 choices=ATTENTIONS, optional=True, diffusion=True, label="Attention pattern")
+    mask_id: int | None = knob(None, "The id of the mask token that marks undecided slots (a spare id when "
+                               "the checkpoint has none).", kind=int, low=0, optional=True, diffusion=True, label="Mask id")
+    dual_cache: bool = knob(False, "Re-run only the sub-block inside a block (faster, approximate for block "
+                            "attention).", kind=bool, diffusion=True, label="Dual cache")
+
+    def __post_init__(self):
+        for f in fields(self):
+            object.__setattr__(self, f.name, _checked(f.name, getattr(self, f.name), f.metadata))
+        if self.block_size is not None and self.block_size % self.sub_block_size:
+            raise ValueError(f"sub_block_size ({self.sub_block_size}) must divide block_size "
+                             f"({self.block_size}); try 8 with 32")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "DecodeParams":
+        """Keyword arguments as Model.generate takes them; None means the default."""
+        unknown = set(kwargs) - set(KNOBS)
+        if unknown:
+            raise TypeError(f"unknown decode parameter(s): {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(KNOBS)}")
+        return cls(**{k: v for k, v in kwargs.items() if v is not None})
+
+    def filled(self, **checkpoint_values) -> "DecodeParams":
+        """A copy with the knobs that are still None set from the checkpoint (checked again)."""
+        return replace(self, **{k: v for k, v in checkpoint_values.items() if getattr(self, k) is None})
+
+    def kwargs(self) -> dict:
+        """The knobs that matter for this mode, as keywords (None left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None and (self.mode == "diffusion" or not f.metadata["diffusion"])}
+
+
+KNOBS = {f.name: f for f in fields(DecodeParams)}  # name -> dataclasses.Field (.default, .metadata)
+
+
+def _checked(name: str, value, meta):
+    """value converted to the knob's kind (an integral float to int), or ValueError saying what is allowed."""
+    kind, optional = meta["kind"], meta["optional"]
+    if value is None and optional:
+        return None
+    want = describe(meta)
+    if kind is bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, not {value!r}")
+        return bool(value)
+    if kind is str:
+        if value not in meta["choices"]:
+            raise ValueError(f"{name} must be {want}, not {value!r}")
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be {want}, not {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be {want}, not {value!r}")
+    if kind is int:
+        if value != int(value):
+            raise ValueError(f"{name} must be a whole number ({want}), not {value!r}")
+        value = int(value)
+    else:
+        value = float(value)
+    low, high = meta["low"], meta["high"]
+    if (low is not None and (value < low or (meta["low_open"] and value == low))) or \
+            (high is not None and value > high):
+        raise ValueError(f"{name} must be {want}, not {value!r}")
+    return value
+
+
+def describe(meta) -> str:
+    """The allowed values in words: "an integer >= 1", "a number in (0, 1]", "one of 'ar', 'diffusion'"."""
+    if meta["kind"] is str:
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    if meta["kind"] is bool:
+        return "True or False"
+    noun = "an integer" if meta["kind"] is int else "a number"
+    low, high = meta["low"], meta["high"]
+    if low is not None and high is not None:
+        text = f"{noun} in {'(' if meta['low_open'] else '['}{low:g}, {high:g}]"
+    elif low is not None:
+        text = f"{noun} {'>' if meta['low_open'] else '>='} {low:g}"
+    else:
+        text = noun
+    return text + (" or None" if meta["optional"] else "")

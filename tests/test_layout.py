@@ -1,0 +1,170 @@
+"""The package's shape: data flows one way between its stages, and decode defaults live in one place.
+
+Read from the source text (ast), so the checks see every import, including the lazy ones inside functions.
+"""
+import ast
+import os
+
+import pytest
+
+from bitnet_app.params import KNOBS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, "bitnet_app")
+
+# stage (a module or a subpackage of bitnet_app) -> stages it must never import
+FORBIDDEN = {
+    "ui": {"checkpoint", "engine", "_engine"},  # the page draws; it calls source, model, params, decode events
+    "engine": {"checkpoint", "source", "model", "decode", "text", "ui", "params"},
+    "checkpoint": {"source", "model", "decode", "text", "ui"},
+    "decode": {"checkpoint", "engine", "source", "model", "text", "ui"},
+    "params": {"checkpoint", "engine", "source", "model", "decode", "text", "ui", "units", "demo"},
+    "source": {"model", "decode", "text", "ui"},
+    "model": {"source", "ui"},
+}
+
+# (module, name) pairs outside decode/ and params.py that share a knob's name but are not decode knobs
+NOT_KNOBS = {
+    ("bench.py", "seed"),                   # the random weights of a synthetic model
+    ("checkpoint/synthetic.py", "seed"),    # the same
+    ("engine/file.py", "mode"),             # np.memmap's file mode
+    ("checkpoint/safetensors_reader.py", "mode"),
+    ("engine/runtime.py", "attention"),     # one forward's own pattern (causal unless told), not a decode knob
+    ("engine/runtime.py", "block_size"),
+}
+
+
+def _modules():
+    """(path relative to bitnet_app/, its dotted name, parsed tree) of every module, plus app.py as "ui"."""
+    out = []
+    for folder, _dirs, files in os.walk(PACKAGE):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, PACKAGE).replace(os.sep, "/")
+                dotted = "bitnet_app." + rel[:-3].replace("/", ".").removesuffix(".__init__")
+                with open(path, encoding="utf-8") as f:
+                    out.append((rel, dotted, ast.parse(f.read(), path)))
+    with open(os.path.join(REPO, "app.py"), encoding="utf-8") as f:
+        out.append(("ui/../app.py", "bitnet_app.ui.app", ast.parse(f.read())))
+    return out
+
+
+def _imports(dotted: str, is_package: bool, tree) -> set[str]:
+    """Every bitnet_app module the tree imports, relative imports resolved."""
+    here = dotted.split(".") if is_package else dotted.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = (here[:len(here) - node.level + 1] if node.level else []) + (node.module or "").split(".")
+            base = ".".join(p for p in base if p)
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m == "bitnet_app" or m.startswith("bitnet_app.")}
+
+
+def _stage(dotted: str) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("rel, dotted, tree", _modules(), ids=lambda v: v if isinstance(v, str) else "")
+def test_data_flows_one_way(rel, dotted, tree):
+    stage = _stage(dotted)
+    bad = {m for m in _imports(dotted, rel.endswith("__init__.py"), tree) if _stage(m) in FORBIDDEN.get(stage, ())}
+    assert not bad, f"{rel} ({stage}) imports {sorted(bad)}"
+
+
+def test_the_import_check_sees_lazy_and_relative_imports():
+    tree = ast.parse("def f():\n    from ..engine.file import EngineFile\n    from . import jobs\n")
+    assert _imports("bitnet_app.ui.loading", False, tree) == {
+        "bitnet_app.engine.file", "bitnet_app.engine.file.EngineFile", "bitnet_app.ui", "bitnet_app.ui.jobs"}
+
+
+def _constant(node) -> bool:
+    """A literal other than None (None means "the default, from elsewhere")."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) and node.value is not None
+
+
+def _knob_literals(tree):
+    """(line, knob name) wherever a literal value is given to a name that is a decode knob: a parameter
+    default, a dict entry, a keyword argument, or an assignment to the name or to DEFAULT_<NAME>."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            yield from ((node.lineno, arg.arg) for arg, d in pairs if arg.arg in KNOBS and _constant(d))
+        elif isinstance(node, ast.Dict):
+            yield from ((node.lineno, k.value) for k, v in zip(node.keys, node.values)
+                        if isinstance(k, ast.Constant) and k.value in KNOBS and _constant(v))
+        elif isinstance(node, ast.Call):
+            yield from ((node.lineno, kw.arg) for kw in node.keywords if kw.arg in KNOBS and _constant(kw.value))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _constant(node.value):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                name = getattr(target, "id", None) or getattr(target, "attr", None) or ""
+                knob = name.lower().removeprefix("default_")
+                if knob in KNOBS and (name.lower() == knob or name.startswith("DEFAULT_")):
+                    yield node.lineno, knob
+
+
+def test_decode_defaults_live_in_params_and_decode_only():
+    found = []
+    for rel, _dotted, tree in _modules():
+        if rel.startswith("decode/") or rel == "params.py":
+            continue
+        found += [f"{rel}:{line} {name}" for line, name in _knob_literals(tree) if (rel, name) not in NOT_KNOBS]
+    assert not found, "decode defaults outside bitnet_app/params.py: " + ", ".join(found)
+
+
+def test_the_default_check_finds_each_form():
+    src = ("def f(threshold=0.9): pass\nx = {'top_p': 0.9}\ng(seed=0)\nDEFAULT_THRESHOLD = 0.9\n"
+           "ss.temperature = 0.6\nok = {'seed': None}\n")
+    assert sorted(n for _, n in _knob_literals(ast.parse(src))) == ["seed", "temperature", "threshold",
+                                                                    "threshold", "top_p"]
+
+
+def _code_lines(path):
+    """(line number, text) of the lines that carry code: no blanks, comments, docstring-only or import lines."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            text = " ".join(line.split())
+            if text and not text.startswith(("#", "import ", "from ")) and text not in ('"""', "'''"):
+                out.append((number, text))
+    return out
+
+
+def test_no_block_of_six_lines_is_written_twice():
+    """The same six code lines (white space folded) in two places of bitnet_app/ mean one piece of logic
+    written twice: give it one home."""
+    seen, repeats = {}, []
+    for rel, _dotted, _tree in _modules():
+        if rel.endswith("app.py"):
+            continue
+        lines = _code_lines(os.path.join(PACKAGE, rel))
+        for i in range(len(lines) - 5):
+            window = tuple(t for _, t in lines[i:i + 6])
+            if sum(len(t) for t in window) < 120:  # six short lines (closing brackets, else:) say nothing
+                continue
+            where = (rel, lines[i][0])
+            first = seen.setdefault(window, where)
+            if first != where and (first[0] != rel or lines[i][0] - first[1] >= 6):
+                repeats.append(f"{first[0]}:{first[1]} ~ {rel}:{lines[i][0]}")
+    assert not repeats, "repeated blocks: " + "; ".join(repeats)
+
+
+@pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar"])
+def test_benchmarks_are_modules_of_the_checkout(name):
+    """`python -m benchmarks.<name>` from the repository root: importable, with no sys.path edits."""
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{name}")
+    assert callable(module.main)
+    with open(module.__file__, encoding="utf-8") as f:
+        assert "sys.path" not in f.read()
