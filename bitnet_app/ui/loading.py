@@ -70,8 +70,8 @@ def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozense
         raise
     holder.empty()
     if work and announce:
-        st.toast(f"{source.label} is ready ({' and '.join(work)}). It is kept on this computer, so next time it "
-                 "opens at once.", icon=":material/check_circle:")
+        st.toast(f"{source.label} is ready ({' and '.join(work)}); next time it opens at once.",
+                 icon=":material/check_circle:")
     return loaded
 
 
