@@ -128,7 +128,8 @@ def demo():
     size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
     offered = suggestions.for_folder(folder)
     return {"folder": folder, "context": context, "bytes": size,
-            "skills": [p for p, kind in offered if kind == "skill"], "open": [p for p, kind in offered if kind == "open"]}
+            "skills": [p for p, kind in offered if kind == "skill"],
+            "open": [p for p, kind in offered if kind == "open"]}
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +325,8 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         _click_toggle(page, "Slow motion")
         _set_number(page, "Max new tokens", demo["context"] - 64)
         # A long reply: a long count from a model trained on skills, else a play's opening (it writes on)
-        _send(page, "Count from 100 to 180." if demo["skills"] else "KING HENRY.\nNow, lords, for France; the enterprise")
+        _send(page, "Count from 100 to 180." if demo["skills"]
+              else "KING HENRY.\nNow, lords, for France; the enterprise")
         first = _wait_streaming(page, 1)
         body, took = _get(url + "/_stcore/health", 5)
         assert body.strip() == "ok" and took < 1.0, f"health answered in {took:.2f} s while streaming"
