@@ -207,6 +207,20 @@ def test_compare_view_runs_both_modes(env):
     assert result["diffusion"]["stats"]["forwards"] > 0
     labels = [m.label for m in at.metric]
     assert "Diffusion speed vs AR" in labels and "Do the texts agree?" in labels
+    assert not _fixed_heights(at._tree)  # the columns grow with the replies: nothing scrolls out of sight
+
+
+def _fixed_heights(node) -> list[str]:
+    """The fixed heights of every container on the page (a fixed-height box scrolls its content)."""
+    proto = getattr(node, "proto", None)
+    out = []
+    if type(proto).__name__ == "Block" and proto.HasField("height_config") \
+            and proto.height_config.WhichOneof("height_spec") == "pixel_height":
+        out.append(f"{proto.height_config.pixel_height}px")
+    children = getattr(node, "children", None)
+    for child in (children.values() if isinstance(children, dict) else children or []):
+        out += _fixed_heights(child)
+    return out
 
 
 def test_not_trained_for_diffusion_is_said_plainly(env, checkpoints):
