@@ -7,7 +7,7 @@ Layout (little endian):
     bytes 20..    JSON metadata (utf-8), then zero padding up to DATA_ALIGN
     data          each tensor at an offset (relative to the start of the file) that is a multiple of 64
 
-Metadata keys: "config" (normalized hyper-parameters, see convert.py), "tensors" (name -> dtype, shape,
+Metadata keys: "config" (normalized hyper-parameters, see checkpoint/config.py), "tensors" (name -> dtype, shape,
 offset, nbytes), and what the model layer needs: "tokenizer_json", "tokenizer_config",
 "generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion", "source".
 
