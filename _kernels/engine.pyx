@@ -37,6 +37,10 @@ cdef extern from "bitnet.h":
     int bn_engine_threads(const bn_engine *e)
     int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                    int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen) nogil
+    int BN_PART_COUNT
+    void bn_engine_set_profile(bn_engine *e, int on)
+    const double *bn_engine_profile(const bn_engine *e)
+    const char *bn_part_name(int part)
 
 
 cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
@@ -128,6 +132,16 @@ cdef class CEngine:
     @property
     def threads(self):
         return bn_engine_threads(self.e)
+
+    def set_profile(self, bint on):
+        """Development timing (benchmarks/forward_breakdown.py): on zeroes the per-part totals and starts
+        adding to them at every forward; off stops (the default, one branch per stage)."""
+        bn_engine_set_profile(self.e, on)
+
+    def profile(self):
+        """{part name: seconds} added since set_profile(True); "total" is the whole C call."""
+        cdef const double *p = bn_engine_profile(self.e)
+        return {bn_part_name(i).decode(): p[i] for i in range(BN_PART_COUNT)}
 
     def forward(self, cnp.ndarray[int32_t, ndim=1, mode="c"] tokens, int start, int kv_end, int attention,
                 int block_size, cnp.ndarray[int32_t, ndim=1, mode="c"] rows,

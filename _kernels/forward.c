@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bitnet.h"
 #include "kernels.h"
@@ -44,11 +45,80 @@ struct bn_engine {
     int8_t *xq;
     int32_t *xsum;
     float *xinv;
+    /* development timing (bn_engine_set_profile): seconds per part, added by the calling thread */
+    int profiling;
+    double prof[BN_PART_COUNT];
+    double sync_s; /* time the caller spent opening parallel jobs and waiting for their workers */
 };
 
 static void set_err(char *err, int errlen, const char *msg) {
     if (err && errlen > 0) snprintf(err, (size_t)errlen, "%s", msg);
 }
+
+/* ---------------------------------------------------------------- development timing */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A running clock of the calling thread: prof_mark(e, part, &c) adds the time since the last mark to
+ * `part`, less the time spent in the pool (opening jobs, waiting for workers), which goes to BN_PART_SYNC. */
+typedef struct { double t, sync; } prof_clock;
+
+static prof_clock prof_start(const bn_engine *e) {
+    prof_clock c = {0, 0};
+    if (e->profiling) { c.t = now_s(); c.sync = e->sync_s; }
+    return c;
+}
+
+static void prof_mark(bn_engine *e, int part, prof_clock *c) {
+    if (!e->profiling) return;
+    const double t = now_s(), sync = e->sync_s;
+    e->prof[part] += (t - c->t) - (sync - c->sync);
+    e->prof[BN_PART_SYNC] += sync - c->sync;
+    c->t = t;
+    c->sync = sync;
+}
+
+/* bn_pool_run, timing the caller's time outside the job itself when profiling */
+typedef struct { bn_job_fn fn; void *arg; double *inside; } timed_job;
+static void timed_job_fn(void *arg, int t, int n) {
+    timed_job *j = arg;
+    const double t0 = now_s();
+    j->fn(j->arg, t, n);
+    if (t == 0) *j->inside += now_s() - t0;
+}
+
+static void pool_run(bn_engine *e, bn_job_fn fn, void *arg) {
+    if (!e->profiling) { bn_pool_run(e->pool, fn, arg); return; }
+    double inside = 0;
+    timed_job j = {fn, arg, &inside};
+    const double t0 = now_s();
+    bn_pool_run(e->pool, timed_job_fn, &j);
+    e->sync_s += now_s() - t0 - inside;
+}
+
+static const char *const PART_NAMES[BN_PART_COUNT] = {
+    [BN_PART_EMBED] = "embed", [BN_PART_ATTN_NORM] = "attn_norm+quant", [BN_PART_QKV] = "qkv_proj",
+    [BN_PART_ROPE_KV] = "rope+kv_write", [BN_PART_ATTENTION] = "attention",
+    [BN_PART_SUB_NORM_ATTN] = "attn_sub_norm+quant", [BN_PART_O] = "o_proj",
+    [BN_PART_FFN_NORM] = "residual+ffn_norm+quant", [BN_PART_GATE_UP] = "gate_up_proj",
+    [BN_PART_SUB_NORM_FFN] = "relu2*up+ffn_sub_norm+quant", [BN_PART_DOWN] = "down_proj",
+    [BN_PART_RESIDUAL] = "residual", [BN_PART_HEAD_NORM] = "final_norm+quant", [BN_PART_HEAD] = "lm_head",
+    [BN_PART_OUTPUT] = "copy_logits", [BN_PART_SYNC] = "thread_dispatch+wait", [BN_PART_TOTAL] = "total",
+};
+
+const char *bn_part_name(int part) { return part >= 0 && part < BN_PART_COUNT ? PART_NAMES[part] : NULL; }
+
+void bn_engine_set_profile(bn_engine *e, int on) {
+    e->profiling = on;
+    memset(e->prof, 0, sizeof e->prof);
+    e->sync_s = 0;
+}
+
+const double *bn_engine_profile(const bn_engine *e) { return e->prof; }
 
 /* ---------------------------------------------------------------- small fp32 blocks */
 
@@ -110,7 +180,7 @@ static void run_matmul(bn_engine *e, matmul_job *j) {
     j->chunk += j->chunk & 1; /* even: the kernels take row tiles in pairs */
     if (j->chunk < 2) j->chunk = 2;
     atomic_init(&j->next, 0);
-    bn_pool_run(e->pool, matmul_worker, j);
+    pool_run(e, matmul_worker, j);
 }
 
 static void matmul_chunk(const matmul_job *j, int u0, int u1) {
@@ -217,7 +287,7 @@ static void run_tokens(bn_engine *e, int l, int stage, int start, int T) {
         return;
     }
     token_job j = {e, l, stage, start, T, 0};
-    bn_pool_run(e->pool, token_worker, &j);
+    pool_run(e, token_worker, &j);
 }
 
 typedef struct {
@@ -388,20 +458,34 @@ static void rope(const bn_engine *e, float *x, int pos) {
     }
 }
 
+static void head_forward(bn_engine *e, const int32_t *rows, int n_rows, float *logits, prof_clock *c);
+
 static void layer_forward(bn_engine *e, int l, int T, int start, int kv_end, int block) {
     const bn_layer *ly = &e->layers[l];
+    prof_clock c = prof_start(e);
     run_tokens(e, l, ST_ATTN_IN, start, T);
+    prof_mark(e, BN_PART_ATTN_NORM, &c);
     ternary(e, &ly->qkv, T, e->qkv, e->qkv_np);
+    prof_mark(e, BN_PART_QKV, &c);
     run_tokens(e, l, ST_ROPE_KV, start, T);
+    prof_mark(e, BN_PART_ROPE_KV, &c);
     attn_job aj = {e, l, T, start, kv_end, block, 0};
-    bn_pool_run(e->pool, attention_worker, &aj);
+    pool_run(e, attention_worker, &aj);
+    prof_mark(e, BN_PART_ATTENTION, &c);
     run_tokens(e, l, ST_SUB_ATTN, start, T);
+    prof_mark(e, BN_PART_SUB_NORM_ATTN, &c);
     ternary(e, &ly->o, T, e->proj, e->dp);
+    prof_mark(e, BN_PART_O, &c);
     run_tokens(e, l, ST_FFN_IN, start, T);
+    prof_mark(e, BN_PART_FFN_NORM, &c);
     ternary(e, &ly->gate_up, T, e->gu, e->gu_np);
+    prof_mark(e, BN_PART_GATE_UP, &c);
     run_tokens(e, l, ST_SUB_FFN, start, T);
+    prof_mark(e, BN_PART_SUB_NORM_FFN, &c);
     ternary(e, &ly->down, T, e->proj, e->dp);
+    prof_mark(e, BN_PART_DOWN, &c);
     run_tokens(e, l, ST_RESIDUAL, start, T);
+    prof_mark(e, BN_PART_RESIDUAL, &c);
 }
 
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,
@@ -426,14 +510,26 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
         if (rows[r] < 0 || rows[r] >= T) { set_err(err, errlen, "logit row out of range"); return -1; }
     if (grow_scratch(e, T > n_rows ? T : n_rows, n_rows) != 0) { set_err(err, errlen, "out of memory for the forward's scratch buffers"); return -1; }
 
+    const double t_begin = e->profiling ? now_s() : 0;
+    prof_clock c = prof_start(e);
     const int D = m->dim;
     for (int t = 0; t < T; t++) {
         const uint16_t *row = m->embed + (size_t)tokens[t] * D;
         for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] = bf16_to_f32(row[i]);
     }
+    prof_mark(e, BN_PART_EMBED, &c);
     const int block = attention == 1 ? block_size : 0;
     for (int l = 0; l < m->n_layers; l++) layer_forward(e, l, T, start, kv_end, block);
-    if (n_rows == 0) return 0;
+    c = prof_start(e);
+    if (n_rows > 0) head_forward(e, rows, n_rows, logits, &c);
+    if (e->profiling) e->prof[BN_PART_TOTAL] += now_s() - t_begin;
+    return 0;
+}
+
+/* logits (n_rows, V) of the batch rows `rows`: final norm, then the int8 or the exact head */
+static void head_forward(bn_engine *e, const int32_t *rows, int n_rows, float *logits, prof_clock *c) {
+    const bn_model *m = &e->m;
+    const int D = m->dim;
 
     /* final norm of the requested rows, then the head */
     for (int r = 0; r < n_rows; r++) memcpy(e->att + (size_t)r * D, e->x + (size_t)rows[r] * D, sizeof(float) * D);
@@ -443,16 +539,19 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
             const float inv = 1.0f / sqrtf(e->k->sumsq(x, D) / (float)D + m->eps);
             e->k->norm_apply(x, inv, m->norm, e->xn + (size_t)r * D, D);
         }
+        prof_mark(e, BN_PART_HEAD_NORM, c);
         matmul_job j = {e, 2, NULL, n_rows, m->vocab, e->xn, e->logit_buf, e->vp};
         run_matmul(e, &j);
     } else {
         for (int r = 0; r < n_rows; r++) norm_quant_row(e, e->att + (size_t)r * D, m->norm, D, e->dp, r);
+        prof_mark(e, BN_PART_HEAD_NORM, c);
         matmul_job j = {e, 1, NULL, n_rows, e->vp / 16, NULL, e->logit_buf, e->vp};
         j.xq = e->xq;
         j.xinv = e->xinv;
         run_matmul(e, &j);
     }
+    prof_mark(e, BN_PART_HEAD, c);
     for (int r = 0; r < n_rows; r++)
         memcpy(logits + (size_t)r * m->vocab, e->logit_buf + (size_t)r * e->vp, sizeof(float) * (size_t)m->vocab);
-    return 0;
+    prof_mark(e, BN_PART_OUTPUT, c);
 }

@@ -168,3 +168,27 @@ def test_forward_releases_the_gil(tiny):
     during = [t for t in ticks if t0 < t < t1]
     # with the GIL held the ticker could not run at all during the forwards
     assert len(during) >= 5, (len(during), t1 - t0)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
+    """The development timer (benchmarks/forward_breakdown.py) fills its parts, which add up to the C call,
+    and leaves the logits bit for bit as they are without it."""
+    ef, _ = tiny
+    ids = ids_for(ef, 12, seed=8)
+    eng = Engine(ef, isa=isa, threads=2)
+    plain = eng.forward(ids, rows=range(12))
+    eng._c.set_profile(True)
+    eng.reset()
+    timed = eng.forward(ids, rows=range(12))
+    parts = eng._c.profile()
+    eng._c.set_profile(False)
+    np.testing.assert_array_equal(plain, timed)
+    total = parts.pop("total")
+    assert total > 0 and all(v >= 0 for v in parts.values()), parts
+    for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "lm_head"):
+        assert parts[name] > 0, name
+    assert sum(parts.values()) == pytest.approx(total, rel=0.05)
+    eng.reset()
+    eng.forward(ids)
+    assert not any(eng._c.profile().values())  # off: zeroed, and nothing is added
