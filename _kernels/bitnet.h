@@ -46,6 +46,7 @@ typedef struct {
 typedef struct bn_engine bn_engine;
 
 /* exact_head: 1 = bf16 embedding as the head, 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
+ * n_threads: 1 to 256, the calling thread included (more is an error, not a crash).
  * isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
 bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,

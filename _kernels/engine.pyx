@@ -8,6 +8,9 @@ from libc.stdlib cimport malloc, free
 
 cnp.import_array()
 
+cdef extern from "pool.h":
+    int BN_POOL_MAX_THREADS
+
 cdef extern from "bitnet.h":
     ctypedef struct bn_ternary:
         const uint8_t *codes
@@ -67,7 +70,10 @@ cdef class CEngine:
         self.e = NULL
         self.layers = NULL
 
-    def __init__(self, ef, bint exact_head, bint kv16, int threads, isa, int ctx):
+    def __init__(self, ef, bint exact_head, bint kv16, threads, isa, int ctx):
+        if not 1 <= threads <= BN_POOL_MAX_THREADS:  # checked here too: ints beyond C's range included
+            raise ValueError(f"thread count {threads} is out of range: use 1 to {BN_POOL_MAX_THREADS} "
+                             "(the number of CPU cores is a good choice)")
         cfg = ef.config
         t = ef.tensors
         cdef bn_model m

@@ -383,6 +383,13 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         set_err(err, errlen, msg);
         return NULL;
     }
+    if (n_threads < 1 || n_threads > BN_POOL_MAX_THREADS) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "thread count %d is out of range: use 1 to %d (the number of CPU cores is a good choice)",
+                 n_threads, BN_POOL_MAX_THREADS);
+        set_err(err, errlen, msg);
+        return NULL;
+    }
     if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads || m->n_heads * m->head_dim != m->dim ||
         m->head_dim % 2 || ctx <= 0) {
         set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context)");
@@ -413,9 +420,13 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     e->rope_cos = malloc(sizeof(float) * (size_t)ctx * half);
     e->rope_sin = malloc(sizeof(float) * (size_t)ctx * half);
     e->pool = bn_pool_create(n_threads);
-    e->scores = malloc(sizeof(float) * (size_t)ctx * (m->n_heads / m->n_kv_heads) *
-                       (e->pool ? bn_pool_size(e->pool) : 1));
-    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->pool || !e->scores) {
+    if (!e->pool) {
+        bn_engine_free(e);
+        set_err(err, errlen, "out of memory starting the engine's threads; use fewer threads");
+        return NULL;
+    }
+    e->scores = malloc(sizeof(float) * (size_t)ctx * (m->n_heads / m->n_kv_heads) * bn_pool_size(e->pool));
+    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
         return NULL;

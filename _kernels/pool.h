@@ -7,6 +7,10 @@
 typedef void (*bn_job_fn)(void *arg, int thread, int n_threads);
 typedef struct bn_pool bn_pool;
 
+#define BN_POOL_MAX_THREADS 256
+
+/* n_threads in [1, BN_POOL_MAX_THREADS], the caller included. Returns NULL when out of range or out of
+ * memory; if the OS refuses to start some threads the pool runs with those it got (bn_pool_size). */
 bn_pool *bn_pool_create(int n_threads);
 void bn_pool_free(bn_pool *p);
 int bn_pool_size(const bn_pool *p);

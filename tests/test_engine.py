@@ -192,3 +192,24 @@ def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
     eng.reset()
     eng.forward(ids)
     assert not any(eng._c.profile().values())  # off: zeroed, and nothing is added
+
+
+@pytest.mark.parametrize("threads", [0, -1, 257, 2147483647, 2**40])
+def test_an_impossible_thread_count_is_a_clear_error(tiny, threads):
+    ef, _ = tiny
+    with pytest.raises(ValueError, match="thread count .* out of range: use 1 to 256"):
+        Engine(ef, threads=threads)
+
+
+def test_bitnet_threads_out_of_range_is_an_error_not_a_crash(tiny):
+    """BITNET_THREADS=2147483647 used to reach an unchecked calloc in the thread pool: a segfault."""
+    import os
+    import subprocess
+    import sys
+
+    ef, _ = tiny
+    code = ("import sys\nfrom bitnet_app.engine import Engine\nfrom bitnet_app.engine_file import EngineFile\n"
+            f"try:\n    Engine(EngineFile({ef.path!r}))\nexcept ValueError as e:\n    print(e)\n    sys.exit(3)\n")
+    env = {**os.environ, "BITNET_THREADS": "2147483647"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "out of range" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
