@@ -63,12 +63,13 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
                int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen);
 
 /* Development timing, off by default (one branch per stage when off). While on, every forward adds the
- * calling thread's wall time per part; BN_PART_SYNC is its time opening parallel jobs and waiting for
- * workers (not counted in the other parts); BN_PART_TOTAL is the whole bn_forward call. */
+ * calling thread's wall time per part: the items it ran of each stage (the residual add of the previous
+ * matrix is part of the next norm); BN_PART_SYNC is its time waiting for the other threads to finish a
+ * stage, and opening and closing the forward's job; BN_PART_TOTAL is the whole bn_forward call. */
 enum bn_part {
     BN_PART_EMBED, BN_PART_ATTN_NORM, BN_PART_QKV, BN_PART_ROPE_KV, BN_PART_ATTENTION, BN_PART_SUB_NORM_ATTN,
-    BN_PART_O, BN_PART_FFN_NORM, BN_PART_GATE_UP, BN_PART_SUB_NORM_FFN, BN_PART_DOWN, BN_PART_RESIDUAL,
-    BN_PART_HEAD_NORM, BN_PART_HEAD, BN_PART_OUTPUT, BN_PART_SYNC, BN_PART_TOTAL, BN_PART_COUNT
+    BN_PART_O, BN_PART_FFN_NORM, BN_PART_GATE_UP, BN_PART_SUB_NORM_FFN, BN_PART_DOWN, BN_PART_HEAD_NORM,
+    BN_PART_HEAD, BN_PART_OUTPUT, BN_PART_SYNC, BN_PART_TOTAL, BN_PART_COUNT
 };
 void bn_engine_set_profile(bn_engine *e, int on); /* on or off; zeroes the totals */
 const double *bn_engine_profile(const bn_engine *e); /* BN_PART_COUNT totals in seconds */

@@ -297,6 +297,160 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     }
 }
 
-const bn_kernels bn_kernels_avx2 = {"avx2", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                    sumsq, absmax, quantize, norm_apply, relu2_mul, add,
-                                    to_f16, dot_f16, axpy_f16};
+/* ---------------------------------------------------------------- fused steps */
+
+/* quant8(rmsnorm(x) * w): the operations of forward.c's composition, in the same order (so the same
+ * numbers), with norm_apply and absmax sharing one pass. */
+static int32_t norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
+    const float inv = 1.0f / sqrtf(sumsq(x, n) / (float)n + eps);
+    const __m256 vi = _mm256_set1_ps(inv), sign = _mm256_set1_ps(-0.0f);
+    __m256 mv = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
+        _mm256_storeu_ps(xn + i, v);
+        mv = _mm256_max_ps(mv, _mm256_andnot_ps(sign, v));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float m = _mm_cvtss_f32(h);
+    for (; i < n; i++) {
+        xn[i] = w[i] * (x[i] * inv);
+        const float a = xn[i] < 0.0f ? -xn[i] : xn[i];
+        m = a > m ? a : m;
+    }
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    *xinv = 1.0f / scale;
+    return quantize(xn, n, np, scale, q);
+}
+
+/* e^x for x <= 0 (softmax after subtracting the maximum): x = n ln2 + r, e^r by the Cephes polynomial,
+ * relative error about 1e-7; below -87.3 the result is 0 (expf gives a denormal there). */
+static inline __m256 exp_nonpos(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static inline __attribute__((always_inline)) __m256 load_kv(const void *base, const int kv16, size_t i) {
+    return kv16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+                : _mm256_loadu_ps((const float *)base + i);
+}
+
+/* lanes j = horizontal sum of a[j], j < 8 */
+static inline __m256 sum8(const __m256 a[8]) {
+    const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* scores out[j] = (q . k_{s0+j}) * scale for j < nk (nk <= 8): eight keys at a time, one vector sum for all */
+static inline __attribute__((always_inline)) void scores8(const float *q, int hd, const void *k, size_t ld,
+                                                          const int kv16, int s0, const int nk, float scale, float *out) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            if (j < nk) acc[j] = _mm256_fmadd_ps(qv, load_kv(k, kv16, (size_t)(s0 + j) * ld + d), acc[j]);
+    }
+    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale));
+    if (nk == 8) {
+        _mm256_storeu_ps(out + s0, v);
+    } else {
+        float buf[8];
+        _mm256_storeu_ps(buf, v);
+        memcpy(out + s0, buf, sizeof(float) * (size_t)nk);
+    }
+}
+
+/* softmax of row (n floats) in place: exp(x - max) / sum */
+static void softmax_row(float *row, int n) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int s = 0;
+    for (; s + 8 <= n; s += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(row + s));
+    float buf[8];
+    _mm256_storeu_ps(buf, mv);
+    float mx = buf[0];
+    for (int j = 1; j < 8; j++) mx = buf[j] > mx ? buf[j] : mx;
+    for (; s < n; s++) mx = row[s] > mx ? row[s] : mx;
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 sv = _mm256_setzero_ps();
+    for (s = 0; s + 8 <= n; s += 8) {
+        const __m256 v = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(row + s), vmx));
+        _mm256_storeu_ps(row + s, v);
+        sv = _mm256_add_ps(sv, v);
+    }
+    float sum = hsum256(sv);
+    if (s < n) { /* the tail through one padded vector, so every score goes through the same exp */
+        for (int j = 0; j < 8; j++) buf[j] = s + j < n ? row[s + j] - mx : -INFINITY;
+        _mm256_storeu_ps(buf, exp_nonpos(_mm256_loadu_ps(buf)));
+        for (int j = 0; s + j < n; j++) { row[s + j] = buf[j]; sum += buf[j]; }
+    }
+    const __m256 vs = _mm256_set1_ps(sum);
+    for (s = 0; s + 8 <= n; s += 8) _mm256_storeu_ps(row + s, _mm256_div_ps(_mm256_loadu_ps(row + s), vs));
+    for (; s < n; s++) row[s] /= sum; /* divide, as softmax does */
+}
+
+/* out (hd) = sum_s p[s] * v_s, 64 columns at a time held in registers */
+static inline __attribute__((always_inline)) void weighted_values(const float *p, int n_keys, int hd, const void *v,
+                                                                  size_t ld, const int kv16, float *out) {
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+        const int nc = (hd - c0) / 8 < 8 ? (hd - c0) / 8 : 8;
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+        for (int s = 0; s < n_keys; s++) {
+            const __m256 ps = _mm256_set1_ps(p[s]);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                if (c < nc) acc[c] = _mm256_fmadd_ps(ps, load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c), acc[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+            if (c < nc) _mm256_storeu_ps(out + c0 + 8 * c, acc[c]);
+    }
+}
+
+static inline __attribute__((always_inline)) void attend_kv(const float *q, int nq, int hd, const void *k, const void *v,
+                                                            size_t ld, const int kv16, int n_keys, float scale,
+                                                            float *sc, float *out) {
+    for (int h = 0; h < nq; h++) {
+        float *row = sc + (size_t)h * n_keys;
+        int s = 0;
+        for (; s + 8 <= n_keys; s += 8) scores8(q + h * hd, hd, k, ld, kv16, s, 8, scale, row);
+        if (s < n_keys) scores8(q + h * hd, hd, k, ld, kv16, s, n_keys - s, scale, row);
+        softmax_row(row, n_keys);
+        weighted_values(row, n_keys, hd, v, ld, kv16, out + h * hd);
+    }
+}
+
+/* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
+static int attend(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
+                  float scale, float *sc, float *out) {
+    if (hd % 8 || n_keys <= 0) return 0;
+    if (kv16) attend_kv(q, nq, hd, k, v, ld, 1, n_keys, scale, sc, out);
+    else attend_kv(q, nq, hd, k, v, ld, 0, n_keys, scale, sc, out);
+    return 1;
+}
+
+const bn_kernels bn_kernels_avx2 = {
+    .name = "avx2", .ternary_matmul = ternary_matmul, .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul,
+    .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
+    .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
+    .norm_quant = norm_quant, .attend = attend,
+};

@@ -103,6 +103,8 @@ bn_pool *bn_pool_create(int n_threads) {
 
 int bn_pool_size(const bn_pool *p) { return p->n; }
 
+void bn_pool_relax(void) { cpu_relax(); }
+
 void bn_pool_run(bn_pool *p, bn_job_fn fn, void *arg) {
     if (p->n == 1) { fn(arg, 0, 1); return; }
     p->fn = fn;

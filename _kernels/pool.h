@@ -18,4 +18,7 @@ int bn_pool_size(const bn_pool *p);
  * distinct within a job, < n); returns once the caller's call and every joined call returned. */
 void bn_pool_run(bn_pool *p, bn_job_fn fn, void *arg);
 
+/* A pause for spin-wait loops (the x86 `pause` instruction; nothing elsewhere). */
+void bn_pool_relax(void);
+
 #endif

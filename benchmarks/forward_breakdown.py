@@ -46,11 +46,8 @@ REPO = os.path.dirname(HERE)
 TRAIN_PID = "/tmp/demo-train.pid"
 BLOCK = 32
 
-# parts as the engine names them, grouped for the table (order of a layer)
-PROJECTIONS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
-NORM_QUANT = ["attn_norm+quant", "attn_sub_norm+quant", "residual+ffn_norm+quant", "relu2*up+ffn_sub_norm+quant"]
-OTHER = ["embed", "rope+kv_write", "attention", "residual", "final_norm+quant", "lm_head", "copy_logits",
-         "thread_dispatch+wait"]
+WRAPPER_KEYS = ("python", "profiled", "cython", "c_total_direct", "python_wrapper", "cython_wrapper",
+                "python_spread", "total", "gmac_s", "ceiling_pct")
 
 
 def macs_per_row(cfg: dict) -> int:
@@ -154,8 +151,9 @@ def table(res: dict) -> str:
     col = lambda key, fmt="{:.1f}": " | ".join(fmt.format(res["rows"][n][key]) for n in ns)
     lines = ["| part (µs per forward) | " + " | ".join(f"N={n}" for n in ns) + " |",
              "|---|" + "---|" * len(ns)]
-    for k in PROJECTIONS + NORM_QUANT + OTHER:
-        lines.append(f"| {k} | {col(k)} |")
+    for k in res["rows"][ns[0]]:  # the engine's parts, in its order (the order of a layer)
+        if k not in WRAPPER_KEYS:
+            lines.append(f"| {k} | {col(k)} |")
     lines.append(f"| C total (profiled) | {col('total')} |")
     lines.append(f"| cython wrapper | {col('cython_wrapper')} |")
     lines.append(f"| python wrapper (Engine.forward checks) | {col('python_wrapper')} |")

@@ -36,6 +36,18 @@ def tiny(tmp_path_factory):
     return ef, NumpyModel(ef)
 
 
+@pytest.fixture(scope="module")
+def tiny_hd16(tmp_path_factory):
+    """head_dim 16, a multiple of 8: the shape the SIMD attention kernels take (real models' 48, 64, 128 too);
+    GQA groups of 3 and 45 positions, so keys come in blocks of 8 and a tail."""
+    d = tmp_path_factory.mktemp("engine16")
+    make_hf_checkpoint(d / "ck", hidden_size=96, intermediate_size=72, num_hidden_layers=2,
+                       num_attention_heads=6, num_key_value_heads=2, seed=4)
+    convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"))
+    ef = EngineFile(str(d / "m.bitnet"))
+    return ef, NumpyModel(ef)
+
+
 def ids_for(ef, n, seed=0):
     return np.random.default_rng(seed).integers(0, ef.config["vocab_size"], n)
 
@@ -49,6 +61,19 @@ def test_forward_matches_numpy_reference(tiny, isa, head, kv):
     assert eng.isa.startswith(isa) and eng.kv == kv
     out = eng.forward(ids, rows=range(len(ids)))
     assert agrees(out, ref.logits(ids, head=head, kv16=kv == "f16"))
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16")])
+@pytest.mark.parametrize("block", [0, 8])
+def test_forward_with_a_simd_head_size_matches_numpy_reference(tiny_hd16, isa, head, kv, block):
+    ef, ref = tiny_hd16
+    ids = ids_for(ef, 45, seed=11)
+    eng = Engine(ef, lm_head=head, isa=isa, threads=2, kv=kv)
+    attn = dict(attention="block", block_size=block) if block else {}
+    out = eng.forward(ids, rows=range(len(ids)), **attn)
+    want = ref.logits(ids, head=head, kv16=kv == "f16", mask=block_mask(len(ids), block) if block else None)
+    assert agrees(out, want)
 
 
 def test_kv_precision_defaults_follow_the_head(tiny):
