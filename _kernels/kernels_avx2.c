@@ -3,8 +3,8 @@
  * Same tile layouts as the AVX512 path; a 16-row tile is two 256-bit halves (rows 0-7, rows 8-15),
  * each 8 int32 lanes = 8 rows x 4 columns. Products use vpmaddubsw (u8 x s8 -> pairs summed in s16)
  * then vpmaddwd with ones (-> s32):
- *   ternary: codes (<= 2) x activations (|x| <= 127): a pair is at most 508, four shifts summed in
- *            s16 at most 2032, far from saturation.
+ *   ternary: codes (<= 2) x activations (|x| <= 128): a pair is at most 512 in magnitude; sums stay in
+ *            s16 for 16 groups of 16 columns (see GROUPS_PER_WIDEN), then widen to s32.
  *   int8:    |x| x sign(w, x) so both factors fit: a pair is at most 2 * 127 * 127 = 32258 < 32767.
  */
 #include <immintrin.h>
@@ -21,27 +21,40 @@ static inline int32_t load_i32(const void *p) {
     return v;
 }
 
+/* Groups of 16 columns whose products one token sums in int16 before widening to int32. A lane gains at most
+ * 4 pairs x 2 products x 2 x 128 = 2048 in magnitude per group (codes <= 2, |x| <= 128), so 16 groups stay within
+ * [-32768, 32512]: exact. Widening once per 16 groups instead of once per group saves 15 of 16 vpmaddwd. */
+#define GROUPS_PER_WIDEN 16
+
 static inline __attribute__((always_inline)) void ternary_half(
     const uint8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
     const int32_t *xsum, const float *xinv, float *y, int ldy) {
     const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
-    __m256i acc[TOKENS_PER_BLOCK];
+    __m256i acc[TOKENS_PER_BLOCK]; /* int32 sums, widened from acc16 every GROUPS_PER_WIDEN groups */
 #pragma GCC unroll 8
     for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
-    for (int g = 0; g < groups; g++) {
-        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
-        const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
-        const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
-        const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
+    for (int g0 = 0; g0 < groups; g0 += GROUPS_PER_WIDEN) {
+        const int g1 = g0 + GROUPS_PER_WIDEN < groups ? g0 + GROUPS_PER_WIDEN : groups;
+        __m256i acc16[TOKENS_PER_BLOCK];
 #pragma GCC unroll 8
-        for (int b = 0; b < bt; b++) {
-            const int8_t *xg = x + (size_t)b * kp + g * 16;
-            __m256i s = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(load_i32(xg)));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(xg + 4))));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
-            acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(s, ones));
+        for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc16[b] = _mm256_setzero_si256();
+        for (int g = g0; g < g1; g++) {
+            _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+            const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
+            const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
+#pragma GCC unroll 8
+            for (int b = 0; b < bt; b++) {
+                const int8_t *xg = x + (size_t)b * kp + g * 16;
+                __m256i s = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(load_i32(xg)));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(xg + 4))));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
+                acc16[b] = _mm256_add_epi16(acc16[b], s);
+            }
         }
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
     }
     const __m256 scale = _mm256_loadu_ps(row_scale);
 #pragma GCC unroll 8
