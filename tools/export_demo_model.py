@@ -8,7 +8,7 @@ Files written to OUT (called by tools/train_demo_model.py; ``--export-only`` re-
 * config.json (BitNetForCausalLM keys), generation_config.json, tokenizer.json, tokenizer_config.json
   (with the chat template), dlm_config.json (mask id, block size "bd_size", attention "block").
 The bf16 rounding of scales, norms and embeddings changes the model slightly: evaluate the export
-(tools/eval_demo_model.py), not the fp32 training weights.
+(python -m tools.eval_demo_model), not the fp32 training weights.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import os
 
 import torch
 
-import demo_data as D
+from tools import demo_chat as C
+from tools import demo_data as D
 
 
 def quantized_tensors(model) -> dict[str, torch.Tensor]:
@@ -58,7 +59,7 @@ def hf_config(cfg) -> dict:
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "bos_token_id": D.BOS,
-        "eos_token_id": D.EOT_TEXT,
+        "eos_token_id": D.EOT_ID,
         "pad_token_id": D.EOT_TEXT,
         "use_cache": True,
         "torch_dtype": "bfloat16",
@@ -96,15 +97,16 @@ def write_model(model, tok, cfg, out: str) -> None:
     os.replace(os.path.join(out, "model.safetensors.tmp"), os.path.join(out, "model.safetensors"))
     write_json(os.path.join(out, "config.json"), hf_config(cfg))
     write_json(os.path.join(out, "generation_config.json"), {
-        "bos_token_id": D.BOS, "eos_token_id": [D.EOT_TEXT, D.EOT_ID], "pad_token_id": D.EOT_TEXT,
+        "bos_token_id": D.BOS, "eos_token_id": [D.EOT_ID, D.EOT_TEXT], "pad_token_id": D.EOT_TEXT,
         "do_sample": True, "temperature": 0.7, "top_p": 0.9, "max_length": cfg.max_position_embeddings})
     write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg))
     tok.save(os.path.join(out, "tokenizer.json"))
-    write_json(os.path.join(out, "tokenizer_config.json"), D.tokenizer_config(cfg.max_position_embeddings))
+    write_json(os.path.join(out, "tokenizer_config.json"), C.tokenizer_config(cfg.max_position_embeddings))
 
 
-def export(model, tok, cfg, a, hist, elapsed) -> None:
+def export(model, tok, cfg, a, hist, elapsed, step) -> None:
     write_model(model, tok, cfg, a.out)
     write_json(os.path.join(a.work, "train_metrics.json"),
-               {"hist": hist, "elapsed_s": round(elapsed), "args": vars(a), "config": cfg.to_dict()})
+               {"hist": hist, "elapsed_s": round(elapsed), "steps_done": step, "args": vars(a),
+                "config": cfg.to_dict()})
     print(f"exported to {a.out}", flush=True)
