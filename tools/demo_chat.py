@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import random
 
-import torch
-
 from tools import demo_data as D
 from tools import demo_skills as S
 
@@ -184,6 +182,8 @@ class ChatWindows:
 
     def batch(self, rng: random.Random, n: int):
         """-> x (n, L) long, target (n, L) bool, maskable (n, L) bool."""
+        import torch  # training only: the prompt and template helpers work without it
+
         rows = [self.window(rng) for _ in range(n)]
         return tuple(torch.tensor([r[k] for r in rows]) for k in range(3))
 

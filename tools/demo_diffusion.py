@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from demo_bitnet import BitNet, block_causal_mask
+from tools.demo_bitnet import BitNet, block_causal_mask
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Why greedy block diffusion does (not) agree with greedy AR on a demo model: the figures behind
 assets/README.md, "What decides the two diffusion checks".
 
-    TORCHDYNAMO_DISABLE=1 python tools/diagnose_demo_diffusion.py --model assets/demo-model \
+    TORCHDYNAMO_DISABLE=1 python -m tools.diagnose_demo_diffusion --model assets/demo-model \
         --prompts-file assets/demo-heldout.json
 
 For each held-out prompt (BOS + 63 tokens, so the reply starts a whole block), AR greedy writes the first
@@ -22,16 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from demo_diffusion import _block_logits, ar_greedy  # noqa: E402
-from eval_demo_model import load_export  # noqa: E402
+from tools.demo_diffusion import _block_logits, ar_greedy
+from tools.export_demo_model import load_export
 
 
 @torch.no_grad()

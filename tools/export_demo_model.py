@@ -81,6 +81,34 @@ def dlm_config(cfg) -> dict:
     }
 
 
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """(out/4, in) uint8 -> (out, in) fp32 ternary; row i*P + r is bits 2i..2i+1 of packed row r (pack_weights)."""
+    return torch.cat([((packed >> (2 * i)) & 3).float() - 1 for i in range(4)], dim=0)
+
+
+def load_export(folder: str):
+    """Our torch module (tools/demo_bitnet.py) with exactly the exported values (ternary codes, bf16 scales,
+    norms and embeddings): the inverse of write_model."""
+    from safetensors.torch import load_file
+
+    from tools.demo_bitnet import BitLinear, BitNet, BitNetCfg
+
+    hc = json.load(open(os.path.join(folder, "config.json")))
+    dc = json.load(open(os.path.join(folder, "dlm_config.json")))
+    cfg = BitNetCfg(**{k: hc[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                           "num_attention_heads", "num_key_value_heads", "rope_theta",
+                                           "rms_norm_eps", "max_position_embeddings")}, block_size=dc["bd_size"])
+    model = BitNet(cfg).eval()
+    sd = load_file(os.path.join(folder, "model.safetensors"))
+    for name, mod in model.named_modules():
+        if isinstance(mod, BitLinear):
+            mod.freeze(unpack(sd.pop(f"model.{name}.weight")), sd.pop(f"model.{name}.weight_scale"))
+    rest = {k[len("model."):]: v.float() for k, v in sd.items()}
+    missing, unexpected = model.load_state_dict(rest, strict=False)
+    assert not unexpected and all(k.endswith("proj.weight") for k in missing), (missing, unexpected)
+    return model
+
+
 def write_json(path: str, obj: dict) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(obj, f, indent=2)
