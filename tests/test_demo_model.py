@@ -1,5 +1,6 @@
 """The bundled demo model (assets/demo-model): it is the model assets/README.md describes, transformers
-loads it, and the engine reproduces transformers on it.
+loads it, the engine reproduces transformers on it, the app renders its chat exactly as it was trained, and
+its held-out prompts (assets/demo-prompts.json) were never trained on.
 
 A trained model is not chaotic the way random ternary test models are: here the engine in exact mode must
 match the fp32 reference at every position to fp32 precision, and the fast default (int8 head, fp16 KV
@@ -43,11 +44,30 @@ def demo(tmp_path_factory):
     return path
 
 
-def test_demo_model_is_a_block_diffusion_bitnet(demo):
+def test_demo_model_is_a_block_diffusion_chat_bitnet(demo):
     m = Model.open(demo, threads=2)
     assert m.trained_for_diffusion and m.mask_id == 3
     assert m.diffusion_defaults["attention"] == "block" and m.diffusion_defaults["block_size"] == 32
     assert m.meta["source"]["scale_mode"] == "multiply"  # autobitlinear: W_eff = ternary x weight_scale
+    assert m.context_length == 512 and m.stop_ids[0] == m.encode("<|eot_id|>", add_special_tokens=False)[0]
+
+
+def test_the_app_renders_the_chat_as_the_model_was_trained(demo):
+    """The chat template (rendered by bitnet_app.chat's sandbox) gives the very ids the training windows were
+    built from (tools/demo_chat.py): system, user and assistant turns, each closed by the stop token."""
+    from tokenizers import Tokenizer
+
+    from tools import demo_chat
+
+    tok = Tokenizer.from_file(os.path.join(DEMO, "tokenizer.json"))
+    m = Model.open(demo, threads=2)
+    talk = [{"role": "system", "content": "Be concise."}, {"role": "user", "content": "Count from 3 to 12."},
+            {"role": "assistant", "content": "3, 4, 5, 6, 7, 8, 9, 10, 11, 12"},
+            {"role": "user", "content": "Spell \"river\" with dashes."}]
+    for n in (2, 4):
+        assert m.chat_ids(talk[:n]) == demo_chat.render_ids(tok, talk[:n])
+    ids = m.chat_ids(talk[:3], add_generation_prompt=False)
+    assert ids[-1] == m.stop_ids[0] and ids.count(m.stop_ids[0]) == 3
 
 
 def _log_softmax(z):
@@ -75,14 +95,23 @@ def test_engine_reproduces_transformers_on_the_demo_model(demo):
     assert abs(nll - ref_nll) < 0.01                                             # measured 0.0002 nats
 
 
-def test_held_out_prompts_fill_two_whole_blocks():
-    """assets/demo-heldout.json (benchmarks/diffusion_vs_ar.py --prompts-file) holds text from the two plays kept out
-    of training; with the bundled tokenizer every prompt is BOS + 63 tokens, so every reply starts a fresh block."""
-    from tokenizers import Tokenizer
+def test_held_out_prompts_were_never_trained_on():
+    """assets/demo-prompts.json: {"skills": [...], "open": [...]}, each one user message. Every skill prompt comes
+    from a held-out parameter region of tools/demo_skills.py, so the training generator never asks it (checked
+    on a large sample); the open prompts are from the held-out plays."""
+    import random
 
-    tok = Tokenizer.from_file(os.path.join(DEMO, "tokenizer.json"))
-    data = json.load(open(os.path.join(ASSETS, "demo-heldout.json"), encoding="utf-8"))
-    assert "julius_caesar" in data["source"] and len(data["prompts"]) == 16
-    for text in data["prompts"]:
-        ids = tok.encode(text).ids
-        assert len(ids) == 64 and ids[0] == 0 and 3 not in ids
+    from tools import demo_skills
+    from tools.eval_demo_model import skill_prompts
+
+    data = json.load(open(os.path.join(ASSETS, "demo-prompts.json"), encoding="utf-8"))
+    assert sorted(data) == ["open", "skills"] and all(isinstance(p, str) and p for v in data.values() for p in v)
+    held_out = {p["prompt"]: p["family"] for p in skill_prompts()}
+    assert len(data["skills"]) >= 32 and set(data["skills"]) <= set(held_out)
+    assert len({held_out[p] for p in data["skills"]}) >= 8  # spread over the families
+    rng = random.Random(0)
+    trained = {demo_skills.make_item(rng, f)[0] for f in demo_skills.FAMILIES for _ in range(3000)}
+    assert not trained & set(data["skills"])
+    speakers = ("BRUTUS", "CASSIUS", "CAESAR", "ANTONY", "LUCIUS", "PORTIA", "VIOLA", "OLIVIA", "MALVOLIO",
+                "SIR TOBY", "SIR ANDREW", "MARIA", "FESTE", "CLOWN", "ORSINO", "DUKE", "SEBASTIAN", "FABIAN")
+    assert len(data["open"]) >= 4 and all(any(s in p for s in speakers) for p in data["open"])

@@ -14,6 +14,8 @@
    completion-style demo model: BOS + opening + blank line + passage), same passages, loss over the passage's
    tokens divided by its characters (so tokenizers may differ); both with the exact head (bf16, fp32 KV).
    Diffusion tokens per forward on the "open" prompts of assets/demo-prompts.json.
+3. A second message: a held-out skill prompt after a first exchange (the right answer to another held-out
+   prompt) in the same conversation.
 """
 from __future__ import annotations
 
@@ -87,6 +89,27 @@ def eval_skills(model, prompts: list[str], max_new: int) -> dict:
                      "ar_right": ref is not None and model.decode(ar.ids).strip() == ref["answer"],
                      "diffusion_right": ref is not None and model.decode(df.ids).strip() == ref["answer"]})
     return summarise(rows)
+
+
+def eval_second_turn(model, max_new: int) -> dict:
+    """A second message: [q1, its right answer, q2] for held-out pairs of different families -> q2's replies."""
+    prompts = skill_prompts()
+    firsts = prompts[::PER_FAMILY]  # one prompt of each family
+    rows = []
+    for i, p1 in enumerate(firsts):
+        p2 = firsts[(i + 1) % len(firsts)]
+        talk = [{"role": "user", "content": p1["prompt"]}, {"role": "assistant", "content": p1["answer"]},
+                {"role": "user", "content": p2["prompt"]}]
+        ids = model.chat_ids(talk)
+        ar = reply(model, ids, mode="ar", max_new_tokens=max_new)
+        df = reply(model, ids, max_new_tokens=max_new, **DIFFUSION)
+        rows.append({"prompt": p2["prompt"], "family": p2["family"], "prompt_tokens": len(ids),
+                     "ar": model.decode(ar.ids), "diffusion": model.decode(df.ids), "tokens": df.stats["tokens"],
+                     "forwards": df.stats["forwards"], "steps": df.stats["steps"], "same": ar.ids == df.ids,
+                     "ar_right": model.decode(ar.ids).strip() == p2["answer"],
+                     "diffusion_right": model.decode(df.ids).strip() == p2["answer"]})
+    s = summarise(rows)
+    return {"all": s["all"], "rows": rows}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -187,6 +210,10 @@ def main():
     for f, r in res["skills"]["families"].items():
         print(f"  {f:12s} {r['tokens_per_forward']:.2f} tok/fwd  same {r['same_as_ar']:.0%}  AR right "
               f"{r['ar_right']:.0%}", flush=True)
+    res["second_turn"] = eval_second_turn(model, a.max_new)
+    t = res["second_turn"]["all"]
+    print(f"second message ({t['prompts']} held-out prompts after a first exchange): {t['tokens_per_forward']:.2f} "
+          f"tokens/forward, diffusion = AR on {t['same_as_ar']:.0%}, AR right {t['ar_right']:.0%}", flush=True)
     res["open"] = eval_open(model, prompts["open"], 96)
     o = res["open"]["all"]
     print(f"open ({o['prompts']} Shakespeare prompts, 96 tokens): {o['tokens_per_forward']:.2f} tokens/forward, "
