@@ -33,6 +33,16 @@ def _redownload(path: str) -> str:
     return f"{path}: delete it and download the checkpoint again"
 
 
+def check_shard_name(fn, index: str) -> None:
+    """A shard named in the index must be a plain *.safetensors file name in the checkpoint folder: an
+    absolute path, a `../` or a sub-folder could make a downloaded index read any file on this computer."""
+    if (not isinstance(fn, str) or not fn.endswith(".safetensors") or os.path.basename(fn) != fn
+            or fn.startswith(".") or "\\" in fn or "\0" in fn):
+        raise SafetensorsError(f"{index} names the shard {str(fn)[:200]!r}, which is not a *.safetensors file in "
+                               f"the checkpoint folder (absolute paths, '..' and sub-folders are refused). The index "
+                               f"is corrupt or hostile: {_redownload(index)}")
+
+
 class SafetensorsFile:
     """One .safetensors file: `entries` name -> (dtype tag, shape tuple, absolute begin, end)."""
 
@@ -99,7 +109,11 @@ class Checkpoint:
                     weight_map = json.load(f)["weight_map"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise SafetensorsError(f"{index} is not a valid safetensors index ({exc}). {_redownload(index)}") from exc
+            if not isinstance(weight_map, dict):
+                raise SafetensorsError(f"{index} has no weight_map object. {_redownload(index)}")
             files = sorted(set(weight_map.values()))
+            for fn in files:
+                check_shard_name(fn, index)
         elif os.path.exists(os.path.join(folder, SINGLE_NAME)):
             files, weight_map = [SINGLE_NAME], None
         else:
