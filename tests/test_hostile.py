@@ -130,3 +130,119 @@ def test_index_shard_names_must_stay_in_the_folder(tmp_path, make_ckpt, shard):
         json.dump(data, f)
     with pytest.raises(SafetensorsError, match="not a \\*.safetensors file in the checkpoint folder"):
         Checkpoint(folder)
+
+
+# ---- checkpoint content: refused at conversion, with what to do ----------------------------------------
+def _edit_json(folder, name, **changes):
+    path = os.path.join(folder, name)
+    with open(path) as f:
+        obj = json.load(f)
+    obj.update(changes)
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def _fifo(folder, name):
+    os.remove(os.path.join(folder, name))
+    os.mkfifo(os.path.join(folder, name))
+
+
+def _link(folder, name, target):
+    os.remove(os.path.join(folder, name))
+    os.symlink(target, os.path.join(folder, name))
+
+
+def _safetensors_header(folder, edit):
+    """Rewrite model.safetensors' header JSON through edit(header) (same length, padded with spaces)."""
+    path = os.path.join(folder, "model.safetensors")
+    with open(path, "r+b") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        edit(header)
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        assert len(blob) <= n
+        f.seek(8)
+        f.write(blob + b" " * (n - len(blob)))
+
+
+def _two_tensors(header):
+    names = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+    return header[names[0]], header[names[1]]
+
+
+def _overlap(header):
+    a, b = _two_tensors(header)
+    size = b["data_offsets"][1] - b["data_offsets"][0]
+    b["data_offsets"] = [a["data_offsets"][0], a["data_offsets"][0] + size]
+
+
+def _hole(header):
+    """Every tensor after the first moves 8 bytes on, and the last one drops: a gap (bytes nobody owns)."""
+    for k, v in header.items():
+        if k != "__metadata__" and v["data_offsets"][0] > 0:
+            v["data_offsets"] = [v["data_offsets"][0] + 8, v["data_offsets"][1] + 8]
+    last = max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][1])
+    del header[last]
+
+
+def _panicking_tokenizer(folder):
+    bad = json.loads(toy_tokenizer_json())
+    bad["post_processor"]["single"][0] = {"SpecialToken": {"id": "<|no such token|>", "type_id": 0}}
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(bad, f)
+
+
+CONTENT = {
+    "rope_theta 0": (lambda d: _edit_json(d, "config.json", rope_theta=0), r"rope_theta = 0; it must be a finite positive"),
+    "rope_theta negative": (lambda d: _edit_json(d, "config.json", rope_theta=-1.0), r"rope_theta = -1.0"),
+    "rope_theta NaN": (lambda d: _edit_json(d, "config.json", rope_theta=float("nan")), r"rope_theta = nan"),
+    "rms_norm_eps 0": (lambda d: _edit_json(d, "config.json", rms_norm_eps=0.0), r"rms_norm_eps = 0.0"),
+    "rms_norm_eps NaN": (lambda d: _edit_json(d, "config.json", rms_norm_eps=float("nan")), r"rms_norm_eps = nan"),
+    "rms_norm_eps negative": (lambda d: _edit_json(d, "config.json", rms_norm_eps=-1e-5), r"rms_norm_eps = -1e-05"),
+    "fractional size": (lambda d: _edit_json(d, "config.json", hidden_size=64.5), r"hidden_size = 64.5; it must be a whole"),
+    "boolean size": (lambda d: _edit_json(d, "config.json", num_hidden_layers=True), r"num_hidden_layers = True"),
+    "size as text": (lambda d: _edit_json(d, "config.json", intermediate_size="128"), r"intermediate_size = '128'"),
+    "fewer layers than the weights": (lambda d: _edit_json(d, "config.json", num_hidden_layers=1),
+                                      r"num_hidden_layers = 1, but the weights hold layers up to 1"),
+    "stop id as text": (lambda d: _edit_json(d, "generation_config.json", eos_token_id=["5"]), r"token ids must be whole"),
+    "tokenizer_config not an object": (lambda d: open(os.path.join(d, "tokenizer_config.json"), "w").write("[1]"),
+                                       r"not an object"),
+    "deeply nested JSON": (lambda d: open(os.path.join(d, "generation_config.json"), "w").write("[" * 100000),
+                           r"not valid JSON"),
+    "config.json is a FIFO": (lambda d: _fifo(d, "config.json"), r"config\.json is not a regular file"),
+    "tokenizer.json is a FIFO": (lambda d: _fifo(d, "tokenizer.json"), r"tokenizer\.json is not a regular file"),
+    "template is a FIFO": (lambda d: _fifo(d, "chat_template.jinja") if os.path.exists(
+        os.path.join(d, "chat_template.jinja")) else os.mkfifo(os.path.join(d, "chat_template.jinja")), None),
+    "tokenizer.json links to /dev/zero": (lambda d: _link(d, "tokenizer.json", "/dev/zero"), r"not a regular file"),
+    "weights link to /dev/zero": (lambda d: _link(d, "model.safetensors", "/dev/zero"), r"not a regular file"),
+    "weights are a FIFO": (lambda d: _fifo(d, "model.safetensors"), r"not a regular file"),
+    "malformed tokenizer.json": (lambda d: open(os.path.join(d, "tokenizer.json"), "w").write('{"model": {"type": "BPE"}}'),
+                                 r"tokenizer\.json cannot be used"),
+    "post-processor names a missing token": (_panicking_tokenizer, r"tokenizer\.json cannot be used.*PanicException"),
+    "overlapping safetensors offsets": (lambda d: _safetensors_header(d, _overlap), r"overlaps the tensor before it"),
+    "safetensors offsets leaving a hole": (lambda d: _safetensors_header(d, _hole), r"leaves a hole of 8 bytes"),
+    "safetensors offset as text": (lambda d: _safetensors_header(d, lambda h: _two_tensors(h)[0].update(
+        data_offsets=["0", "4"])), r"not whole non-negative numbers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONTENT))
+def test_bad_checkpoint_content_is_refused_at_conversion(make_ckpt, engine_path, case):
+    from bitnet_app.checkpoint.config import ConvertError, read_model_config
+    from bitnet_app.checkpoint.convert import convert_checkpoint
+
+    breaker, pattern = CONTENT[case]
+    folder, _ = make_ckpt()
+    if case == "template is a FIFO":  # the template file is read only when tokenizer_config has none
+        _edit_json(folder, "tokenizer_config.json", chat_template=None)
+        breaker(folder)
+        pattern = r"chat_template\.jinja is not a regular file"
+    else:
+        breaker(folder)
+    t0 = time.monotonic()
+    with pytest.raises(ConvertError, match=pattern) as info:
+        convert_checkpoint(folder, engine_path)
+    assert time.monotonic() - t0 < 30
+    assert "download" in str(info.value).lower() or "fix" in str(info.value).lower() or \
+        "use" in str(info.value).lower()
+    assert os.listdir(os.path.dirname(engine_path)) == []

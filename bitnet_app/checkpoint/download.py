@@ -21,6 +21,7 @@ from typing import Callable
 
 from .config import not_bitnet_reason
 from .disk import DiskFull, ensure_free_space
+from .files import JSON_LIMIT, read_text
 from .progress import ByteCounter, DownloadProgress, tqdm_class
 
 DEFAULT_REPO = "microsoft/bitnet-b1.58-2B-4T"
@@ -146,11 +147,10 @@ def cached_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir: s
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
         try:
-            with open(index) as f:
-                shards = set(json.load(f).get("weight_map", {}).values())
-        except (OSError, ValueError):
+            shards = set(json.loads(read_text(index, JSON_LIMIT)).get("weight_map", {}).values())
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError):
             return None
-        return folder if shards and all(os.path.exists(os.path.join(folder, s)) for s in shards) else None
+        return folder if shards and all(isinstance(s, str) and os.path.exists(os.path.join(folder, s)) for s in shards) else None
     has_weights = any(n.endswith(".safetensors") for n in os.listdir(folder))
     return folder if has_weights and os.path.exists(os.path.join(folder, "tokenizer.json")) else None
 
@@ -296,9 +296,8 @@ def _remember_ref(storage: str, revision: str, commit: str) -> None:
 def check_folder_config(folder: str, where: str) -> None:
     """Raise HubError(not_bitnet) unless folder/config.json describes a BitNet b1.58 model (the converter's rule)."""
     try:
-        with open(os.path.join(folder, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as exc:
+        config = json.loads(read_text(os.path.join(folder, "config.json"), JSON_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
         raise HubError("not_bitnet", f"{where}: config.json cannot be read ({exc}).") from exc
     if not isinstance(config, dict):
         raise HubError("not_bitnet", f"{where}: config.json is not a JSON object.")
