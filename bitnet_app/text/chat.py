@@ -49,7 +49,7 @@ def _raise_exception(message):
 
 
 def _environment(max_chars: int) -> LimitedEnvironment:
-    env = LimitedEnvironment(max_chars, trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = LimitedEnvironment(max_chars, RENDER_SECONDS, trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     return env
 
@@ -79,7 +79,7 @@ def render_chat(messages, *, template: str | None = None, add_generation_prompt:
     variables = dict(messages=messages, add_generation_prompt=add_generation_prompt,
                      bos_token=bos_token or "", eos_token=eos_token or "")
     try:
-        return render_limited(_environment(limit), template or BITNET_CHAT_TEMPLATE, variables, RENDER_SECONDS)
+        return render_limited(_environment(limit), template or BITNET_CHAT_TEMPLATE, variables)
     except ChatTemplateError:
         raise
     except jinja2.exceptions.SecurityError as exc:

@@ -1,29 +1,32 @@
 """Render an untrusted Jinja chat template with limits on time and size.
 
-    text = render_limited(source, variables, max_chars=1 << 20, seconds=2.0)
+    env = LimitedEnvironment(max_chars=1 << 20, seconds=2.0)
+    text = render_limited(env, source, variables)
 
 Chat templates come with downloaded checkpoints, so they are untrusted code. Jinja's
 ImmutableSandboxedEnvironment already forbids internals (`__class__`, ...) and mutation of the
 arguments; this adds what it leaves open:
-  - time: a trace function (this thread only, during the render) counts the template's steps and
-    stops the render past `seconds` (nested `range(100000)` loops would otherwise run for hours);
+  - time: every loop iteration (each `for` iterable is wrapped by the code generator), call, filter and
+    operator checks the clock, and the render stops past `seconds` (nested `range(100000)` loops would
+    otherwise run for hours);
   - size: the output is counted as it streams; every value that can grow (`*`, `**`, `%`, `+`, `~`, the
     filters and str methods center, join, replace, indent, expandtabs, format..., namespace attributes)
     is checked BEFORE it is built, so `{{ 'a' * 10**10 }}` fails at once instead of allocating 10 GB;
   - no compile-time evaluation (optimized=False): constant folding would run filters while parsing.
 Every violation raises TemplateLimitError (a ValueError) whose message says what the template did.
 """
+import copy
 import re
-import sys
 import time
 
+from jinja2 import nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.runtime import Namespace
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 MAX_TEMPLATE_CHARS = 1 << 20   # a real chat template is a few kB
 MAX_EXPONENT_BITS = 4096       # `a ** b` results beyond this many bits are refused
-_CHECK_EVERY = 256             # trace events between two clock reads
+_CHECK_EVERY = 64              # loop iterations between two clock reads
 
 
 class TemplateLimitError(ValueError):
@@ -41,7 +44,14 @@ def _big_numbers_in_format(fmt: str, limit: int) -> bool:
 
 
 class _CheckedConcat(CodeGenerator):
-    """Compiles `a ~ b` to environment.checked_concat((a, b)) instead of a plain str join."""
+    """Compiles `a ~ b` to environment.checked_concat((a, b)) instead of a plain str join, and every
+    `for x in it` to a loop over environment.loop_guard(it) (a call, so the sandbox checks it too)."""
+
+    def visit_For(self, node, frame):
+        node = copy.copy(node)
+        guard = nodes.EnvironmentAttribute("loop_guard", lineno=node.lineno)
+        node.iter = nodes.Call(guard, [node.iter], [], None, None, lineno=node.lineno)
+        super().visit_For(node, frame)
 
     def visit_Concat(self, node, frame):
         self.write("environment.checked_concat((")
@@ -57,9 +67,11 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset(["*", "**", "%", "+"])
     code_generator_class = _CheckedConcat
 
-    def __init__(self, max_chars: int, **options):
+    def __init__(self, max_chars: int, seconds: float = 2.0, **options):
         super().__init__(optimized=False, **options)
         self.max_chars = max_chars
+        self.seconds = seconds
+        self.deadline = float("inf")     # set by render_limited
         self.filters = {name: self._checked_filter(name, f) for name, f in self.filters.items()}
         env = self
 
@@ -75,6 +87,18 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         self.globals.pop("lipsum", None)   # lipsum(n) writes n paragraphs: no template needs it
 
     # ---- checks ------------------------------------------------------------------------------
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateLimitError(f"the chat template ran for more than {self.seconds:g} s (a loop that never "
+                                     "ends or is far too long). Use the checkpoint's original template.")
+
+    def loop_guard(self, iterable):
+        """The items of a for loop's iterable, with a clock check every _CHECK_EVERY items."""
+        for i, item in enumerate(iterable):
+            if i % _CHECK_EVERY == 0:
+                self.tick()
+            yield item
+
     def _refuse(self, what: str):
         raise TemplateLimitError(f"the chat template tried to build {what}, over the limit of {self.max_chars} "
                                  "characters. The template is broken or hostile: use the checkpoint's original "
@@ -115,6 +139,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         skip = 1 if hasattr(f, "jinja_pass_arg") else 0   # pass_context & co. get the context first
 
         def checked(*args, **kwargs):
+            env.tick()
             head, rest = args[:skip], args[skip:]
             env._check_args(rest, kwargs)
             value = rest[0] if rest else None
@@ -148,6 +173,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
 
     # ---- sandbox hooks -----------------------------------------------------------------------
     def call_binop(self, context, operator, left, right):
+        self.tick()
         if operator == "*":
             seq, n = (left, right) if isinstance(right, int) else (right, left)
             if isinstance(n, int) and not isinstance(seq, int) and _length(seq) * max(n, 0) > self.max_chars:
@@ -176,6 +202,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         return super().wrap_str_format(value)
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: B902 (jinja's own signature)
+        __self.tick()
         base, name = getattr(__obj, "__self__", None), getattr(__obj, "__name__", "")
         if isinstance(base, (str, list, tuple, dict)):
             __self._check_args(args, kwargs)
@@ -183,31 +210,18 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         return __self._check_result(super().call(__context, __obj, *args, **kwargs))
 
 
-def render_limited(env: LimitedEnvironment, source: str, variables: dict, seconds: float) -> str:
-    """Compile and render `source` in `env`, stopping past `seconds` or env.max_chars of output."""
+def render_limited(env: LimitedEnvironment, source: str, variables: dict) -> str:
+    """Compile and render `source` in `env`, stopping past env.seconds or env.max_chars of output."""
     if len(source) > MAX_TEMPLATE_CHARS:
         raise TemplateLimitError(f"the chat template is {len(source)} characters long, over the limit of "
                                  f"{MAX_TEMPLATE_CHARS}. Use the checkpoint's original template.")
-    deadline = time.monotonic() + seconds
-    steps = [0]
-
-    def tracer(frame, event, arg):
-        steps[0] += 1
-        if steps[0] % _CHECK_EVERY == 0 and time.monotonic() > deadline:
-            raise TemplateLimitError(f"the chat template ran for more than {seconds:g} s (a loop that never ends "
-                                     "or is far too long). Use the checkpoint's original template.")
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        compiled = env.from_string(source)
-        parts, total = [], 0
-        for piece in compiled.generate(**variables):
-            total += len(piece)
-            if total > env.max_chars:
-                env._refuse("an output")
-            parts.append(piece)
-        return "".join(parts)
-    finally:
-        sys.settrace(previous)
+    env.deadline = time.monotonic() + env.seconds
+    compiled = env.from_string(source)
+    parts, total = [], 0
+    for piece in compiled.generate(**variables):
+        env.tick()
+        total += len(piece)
+        if total > env.max_chars:
+            env._refuse("an output")
+        parts.append(piece)
+    return "".join(parts)
