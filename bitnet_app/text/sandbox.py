@@ -38,12 +38,12 @@ def _length(x) -> int:
 
 
 def _big_numbers_in_format(fmt: str, limit: int) -> bool:
-    """True when a printf or str.format spec in fmt asks for a width/precision above limit."""
-    return any(int(n) > limit for n in re.findall(r"\d+", fmt) if len(n) < 30) or \
-        any(len(n) >= 30 for n in re.findall(r"\d+", fmt))
+    """True when a printf or str.format spec in fmt asks for a width/precision above limit (any number in
+    the format string counts: a false alarm needs a literal over a million in a chat template)."""
+    return any(len(n) > 12 or int(n) > limit for n in re.findall(r"\d+", fmt))
 
 
-class _CheckedConcat(CodeGenerator):
+class _LimitedCodegen(CodeGenerator):
     """Compiles `a ~ b` to environment.checked_concat((a, b)) instead of a plain str join, and every
     `for x in it` to a loop over environment.loop_guard(it) (a call, so the sandbox checks it too)."""
 
@@ -65,7 +65,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
     """The sandbox with size checks on every operator, filter and call that can grow a string."""
 
     intercepted_binops = frozenset(["*", "**", "%", "+"])
-    code_generator_class = _CheckedConcat
+    code_generator_class = _LimitedCodegen
 
     def __init__(self, max_chars: int, seconds: float = 2.0, **options):
         super().__init__(optimized=False, **options)
@@ -165,7 +165,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         return checked
 
     def checked_concat(self, parts) -> str:
-        """`a ~ b ~ ...` (the code generator below routes every concatenation here)."""
+        """`a ~ b ~ ...` (_LimitedCodegen routes every concatenation here)."""
         total = sum(len(p) if isinstance(p, str) else min(len(str(p)), self.max_chars + 1) for p in parts)
         if total > self.max_chars:
             self._refuse(f"a concatenation of {total} characters with `~`")
