@@ -282,15 +282,15 @@ def check_tokenizer(tok_text: str, where: str, vocab_size: int) -> None:
         tok = tokenizers.Tokenizer.from_str(tok_text)
         ids = tok.encode("Hello, world! 123", add_special_tokens=True).ids
         tok.decode(ids)
-        n = tok.get_vocab_size(with_added_tokens=True)
+        n = max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1   # the highest id, not the count
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - the Rust side raises Exception or PanicException (a BaseException)
         raise ConvertError(f"{where} cannot be used: the tokenizers library fails on it ({type(exc).__name__}: "
                            f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again.") from None
     if n > vocab_size:
-        raise ConvertError(f"{where} has {n} token ids but the model's embedding has only {vocab_size} rows, so "
-                           "some ids would have no embedding. Use the tokenizer that came with the checkpoint.")
+        raise ConvertError(f"{where} has token ids up to {n - 1} but the model's embedding has only {vocab_size} rows, "
+                           "so some ids would have no embedding. Use the tokenizer that came with the checkpoint.")
 
 
 def _chat_template(folder: str, tc: dict):
