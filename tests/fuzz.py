@@ -243,9 +243,12 @@ def _one_meta_edit(rng, meta) -> bool:
 def fam_engine_meta(rng, seeds, case_dir):
     from bitnet_app.engine.file import EngineFile
     meta = json.loads(json.dumps(EngineFile(seeds["engine"]).meta))
+    original = json.dumps(meta, sort_keys=True)
     for _ in range(int(rng.integers(1, 3))):
         if not _engine_meta_edit(rng, meta):
             return "skipped"
+    if json.dumps(meta, sort_keys=True) == original:   # a second edit undid the first
+        return "skipped"
     path = os.path.join(case_dir, "m.bitnet")
     if not _rewrite_meta(seeds["engine"], path, meta):
         return "skipped"
@@ -322,7 +325,7 @@ def _config_ok(cfg: dict, orig: dict) -> bool:
                 return False
         elif not _whole(cfg[k]) or cfg[k] != want:
             return False
-    if "max_position_embeddings" in cfg and not (_whole(cfg["max_position_embeddings"]) and
+    if cfg.get("max_position_embeddings") is not None and not (_whole(cfg["max_position_embeddings"]) and
                                                  0 < cfg["max_position_embeddings"] <= 1 << 20):
         return False
     for k in ("rope_theta", "rms_norm_eps"):

@@ -132,7 +132,7 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
         "max_position_embeddings": _whole(raw, "max_position_embeddings", 2048),
         "rope_theta": _rope_theta(raw),
         "rms_norm_eps": _positive_number(raw, "rms_norm_eps", 1e-5),
-        "bos_token_id": (_ids(raw.get("bos_token_id"), "bos_token_id", "config.json") or [None])[0],
+        "bos_token_id": _whole(raw, "bos_token_id"),   # one id (eos may be a list)
         "eos_token_id": raw.get("eos_token_id"),
     }
     for key in ("bos_token_id", "eos_token_id"):
@@ -229,7 +229,7 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     stop_ids = _ids(stops, "eos_token_id", "generation_config.json / config.json")
     bos = config.get("bos_token_id")
     if bos is None:
-        bos = (_ids(gc.get("bos_token_id"), "bos_token_id", "generation_config.json") or [None])[0]
+        bos = _whole(gc, "bos_token_id", where="generation_config.json")
     if bos is not None and not 0 <= bos < V:
         raise ConvertError(f"bos_token_id {bos} is outside the {V} embedding rows; fix config.json.")
 

@@ -22,7 +22,7 @@ from .sandbox import LimitedEnvironment, render_limited
 from .tokenizer import Tokenizer
 
 RENDER_SECONDS = 2.0           # a real template renders in milliseconds
-MAX_RENDER_CHARS = 1 << 20     # beyond what the messages themselves bring (see _limits)
+MAX_RENDER_CHARS = 1 << 16     # template text beyond 4x what the messages bring (real ones add ~100 B a turn)
 _SENTINEL = "\ue000{}\ue001"   # private-use characters standing in for message i's content
 
 # The BitNet b1.58 2B-4T template (bitnet-checkpoint.md §7): "System: ...<|eot_id|>User: ...<|eot_id|>Assistant: ".
