@@ -258,3 +258,15 @@ def test_diffusion_mode_dispatches_with_a_stand_in_mask_on_an_untrained_checkpoi
     assert {"tokens", "forwards", "tokens_per_forward", "tok_s", "ttft_s"} <= set(events[-1].stats)
     with pytest.raises(ValueError, match="mode"):
         model.generate(ids, mode="beam")
+
+
+def test_cli_a_text_file_as_model_is_not_called_a_truncated_engine_file(ckpt, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")  # shorter than an engine file's header
+    cut = tmp_path / "cut.bitnet"
+    with open(ckpt["file"], "rb") as f:
+        cut.write_bytes(f.read(12))  # the start of a real engine file
+    for path, said in ((notes, "is not a BitNet engine file"), (cut, "truncated")):
+        r = run_cli("generate", "--model", str(path), "--prompt", "x")
+        assert r.returncode == 2 and r.stderr.startswith("error: ") and said in r.stderr, r.stderr
+        assert ("truncated" in r.stderr) == (path == cut)

@@ -10,7 +10,7 @@ Layout (little endian), format 2:
     data          each tensor at an offset (relative to the start of the file) that is a multiple of 64,
                   in offset order, not overlapping, zero padding between; the file ends on a multiple of 64
 
-Metadata keys: "config" (normalized hyper-parameters, see convert.py), "tensors" (name -> dtype, shape,
+Metadata keys: "config" (normalized hyper-parameters, see checkpoint/config.py), "tensors" (name -> dtype, shape,
 offset, nbytes), "layout" (data_start, file_bytes, chunk_bytes, chunk_sums: the wrapping uint64 sum of
 each CHUNK_BYTES piece of the data region, read as little-endian uint64 words), and what the model
 layer needs: "tokenizer_json", "tokenizer_config",
@@ -177,6 +177,11 @@ def remove_stale_partials(folder: str) -> list[str]:
     return removed
 
 
+NOT_AN_ENGINE_FILE = ("is not a BitNet engine file (those start with BITNETAP). Give a converted .bitnet file, an "
+                      "HF checkpoint folder, a Hub repo id or `demo`; `python -m bitnet_app convert` turns a "
+                      "checkpoint into an engine file.")
+
+
 def _problem(version, meta_len: int, size: int) -> str | None:
     if version is None:
         return "is too short to be an engine file (truncated?). Convert the checkpoint again."
@@ -198,9 +203,8 @@ def _read_meta(path: str) -> tuple[dict, int]:
             raise EngineFileError(f"{path} is not a regular file. Give a converted .bitnet file.")
         size = st.st_size
         head = f.read(_HEADER.size)
-        if len(head) >= 8 and head[:8] != MAGIC:
-            raise EngineFileError(f"{path} is not a BitNet engine file (wrong magic). Convert a checkpoint with "
-                                  "`python -m bitnet_app convert`.")
+        if not head or head[:len(MAGIC)] != MAGIC[:len(head)]:  # does not start like an engine file
+            raise EngineFileError(f"{path} {NOT_AN_ENGINE_FILE}")
         version, meta_len, digest = None, 0, b""
         if len(head) >= 12:
             version = struct.unpack_from("<I", head, 8)[0]
