@@ -233,7 +233,7 @@ def test_bitnet_threads_out_of_range_is_an_error_not_a_crash(tiny):
     import sys
 
     ef, _ = tiny
-    code = ("import sys\nfrom bitnet_app.engine import Engine\nfrom bitnet_app.engine_file import EngineFile\n"
+    code = ("import sys\nfrom bitnet_app.engine import Engine, EngineFile\n"
             f"try:\n    Engine(EngineFile({ef.path!r}))\nexcept ValueError as e:\n    print(e)\n    sys.exit(3)\n")
     env = {**os.environ, "BITNET_THREADS": "2147483647"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
