@@ -11,6 +11,7 @@ invalidates an unfinished generator (its next step raises RuntimeError instead o
 cache); for concurrent use from several threads, hold a lock around each whole reply. Between replies the KV cache is reused for the longest common prefix of the
 previous sequence and the new prompt (a chat that grows by one turn re-runs only the new turn).
 """
+import numbers
 import os
 
 import numpy as np
@@ -145,6 +146,12 @@ class Model:
 
     # ---- forward ---------------------------------------------------------------------------
     def _check_ids(self, ids) -> list[int]:
+        """ids as a list of ints; a fraction, a bool or a string is refused, never truncated or coerced."""
+        if isinstance(ids, (str, bytes)):
+            raise ValueError("token ids must be a list of whole numbers, not text; encode the text first")
+        odd = [i for i in ids if not isinstance(i, numbers.Integral) or isinstance(i, (bool, np.bool_))]
+        if odd:
+            raise ValueError(f"token id {odd[0]!r} is not a whole number; token ids are integers")
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:

@@ -29,7 +29,7 @@ from .checkpoint.disk import ensure_free_space
 from .checkpoint.download import (DEFAULT_REPO, OFFLINE_HINT, UNREACHABLE, HubError, cached_checkpoint,
                                   download_checkpoint, is_repo_id)
 from .engine.cache import converted_path
-from .engine.file import EngineFile, EngineFileError
+from .engine.file import EngineFile, EngineFileError, remove_stale_partials
 
 __all__ = ["prepare", "engine_file_for", "checkpoint_folder", "Prepared", "ModelNotFound", "HubError",
            "kind_of", "DEFAULT_REPO", "OFFLINE_HINT", "UNREACHABLE", "DEMO", "is_repo_id"]
@@ -113,6 +113,7 @@ def _converted(folder: str, progress, done: Prepared) -> str:
     from .checkpoint.convert import convert_checkpoint, estimated_output_bytes
 
     out = converted_path(folder)
+    remove_stale_partials(os.path.dirname(out))  # what killed conversions left behind
     if _valid_engine_file(out):
         return out
     ensure_free_space(os.path.dirname(out), estimated_output_bytes(folder), "the converted model")
@@ -122,7 +123,8 @@ def _converted(folder: str, progress, done: Prepared) -> str:
 
 
 def _valid_engine_file(path: str) -> bool:
-    """True for a readable engine file of the current format; a damaged one is converted again."""
+    """True for an intact engine file of the current format; an old, damaged (checksums, table, metadata)
+    or unreadable one is converted again, replacing it."""
     if not os.path.isfile(path):
         return False
     try:

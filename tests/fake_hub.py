@@ -17,7 +17,8 @@ Simulations: `missing` (repo ids answering 404), `gated` (repo ids whose files a
 `down_after_drop` (after that drop every request answers 503 until `up()`: a network that stays down,
 so the client gives up and must resume on a later call), `rate` (bytes per second for file bodies, to
 make downloads observable), `fake_sizes` ({filename: n}: the size model_info reports, e.g. to exceed
-the free disk space). `requests` records (method, path, range).
+the free disk space), `fake_etags` ({filename: etag}: the ETag the file's HEAD answers with, e.g. a hostile
+`../../x` one). `requests` records (method, path, range).
 """
 import argparse
 import hashlib
@@ -58,11 +59,13 @@ class _Repo:
 class FakeHub:
     def __init__(self, repos: dict[str, str] | None = None, *, missing=(), gated=(), gated_status: int = 401,
                  drop_after: dict[str, int] | None = None, rate: float | None = None,
-                 fake_sizes: dict[str, int] | None = None, down_after_drop: bool = False, port: int = 0):
+                 fake_sizes: dict[str, int] | None = None, down_after_drop: bool = False, port: int = 0,
+                 fake_etags: dict[str, str] | None = None):
         self.repos = {rid: _Repo(rid, folder) for rid, folder in (repos or {}).items()}
         self.missing, self.gated, self.gated_status = set(missing), set(gated), gated_status
         self.drop_after = dict(drop_after or {})
         self.rate, self.fake_sizes = rate, dict(fake_sizes or {})
+        self.fake_etags = dict(fake_etags or {})
         self.down_after_drop, self.down = down_after_drop, False
         self.requests: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
@@ -192,10 +195,11 @@ def _make_handler(hub: FakeHub):
             rng = self.headers.get("Range")
             if rng and rng.startswith("bytes="):
                 start = int(rng[6:].split("-")[0] or 0)
-            headers = {"X-Repo-Commit": repo.sha, "ETag": f'"{meta["etag"]}"', "Accept-Ranges": "bytes",
+            etag = hub.fake_etags.get(filename, meta["etag"])
+            headers = {"X-Repo-Commit": repo.sha, "ETag": f'"{etag}"', "Accept-Ranges": "bytes",
                        "Content-Type": "application/octet-stream"}
             if meta["lfs"]:
-                headers["X-Linked-Etag"] = f'"{meta["etag"]}"'
+                headers["X-Linked-Etag"] = f'"{etag}"'
                 headers["X-Linked-Size"] = size
             status = 206 if start else 200
             if start:

@@ -3,6 +3,7 @@
 download.py           fetch a repo's needed files into the Hugging Face cache (resume, offline mode, HubError)
 progress.py           download progress as plain numbers (DownloadProgress, the byte counter)
 disk.py               free disk space, checked before writing gigabytes
+files.py              reading its small files safely (regular files only, size limits)
 config.py             config.json, tokenizer, chat template, DLM settings; the one "is this BitNet?" rule
 safetensors_reader.py the weights, read lazily from *.safetensors
 convert.py            checkpoint folder -> one packed engine file (engine/file.py)

@@ -9,9 +9,12 @@ read_text_meta(folder, config, raw) -> the metadata keys the model layer needs (
 Every problem raises ConvertError with what is wrong and what to do.
 """
 import json
+import math
 import os
 
+from ..engine.validate import config_problem
 from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
+from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, read_text
 
 MASK_TOKEN = "|<MASK>|"          # the mask token of BitNet DLM checkpoints (tokenizer resized to 128257 rows)
 DEFAULT_ROPE_THETA = 500000.0    # transformers BitNetConfig.default_theta
@@ -28,8 +31,9 @@ class NotBitNet(ConvertError):
     kind = "not_bitnet"
 
 
-def read_json(folder: str, name: str, required: bool = False):
-    """Parsed JSON of folder/name, or None when absent and not required."""
+def read_json(folder: str, name: str, required: bool = False, kind=dict):
+    """Parsed JSON of folder/name (a regular file of at most JSON_LIMIT bytes holding a `kind`, a JSON
+    object by default), or None when absent and not required."""
     path = os.path.join(folder, name)
     if not os.path.exists(path):
         if required:
@@ -37,10 +41,52 @@ def read_json(folder: str, name: str, required: bool = False):
                                f"(config.json, tokenizer.json and the .safetensors files).")
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConvertError(f"{path} is not valid JSON ({exc}). Download the checkpoint again.") from exc
+        value = json.loads(read_text(path, JSON_LIMIT))
+    except CheckpointFileError as exc:
+        raise ConvertError(str(exc)) from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConvertError(f"{path} is not valid JSON ({exc}). Download the checkpoint again.") from None
+    if kind is not None and not isinstance(value, kind):
+        raise ConvertError(f"{path} holds a JSON {type(value).__name__}, not an object. Download the checkpoint again.")
+    return value
+
+
+def _whole(raw: dict, key: str, default=None, where: str = "config.json", required: bool = False):
+    """raw[key] as a whole number, strictly: 1.5, true and "64" are refused rather than coerced. Absent or
+    null: `default`, or an error when required."""
+    v = raw.get(key)
+    if v is None:
+        if required:
+            raise ConvertError(f"{where} has no value for {key}; it must be a whole number. Fix {where} or "
+                               "download the checkpoint again.")
+        return default
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ConvertError(f"{where} has {key} = {v!r}; it must be a whole number. Fix {where} or download the "
+                           "checkpoint again.")
+    return v
+
+
+def _positive_number(raw: dict, key: str, default: float, where: str = "config.json") -> float:
+    v = raw.get(key, default)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+        raise ConvertError(f"{where} has {key} = {v!r}; it must be a finite positive number (BitNet b1.58 2B-4T: "
+                           f"{ {'rope_theta': 500000.0, 'rms_norm_eps': 1e-05}.get(key, default)}). Fix {where} or "
+                           "download the checkpoint again.")
+    return float(v)
+
+
+def _ids(value, key: str, where: str) -> list[int]:
+    """A token id or a list of them (eos_token_id may be either), strictly whole numbers."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for v in items:
+        if v is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ConvertError(f"{where} has {key} = {value!r}; token ids must be whole numbers. Fix {where} or "
+                               "download the checkpoint again.")
+        out.append(v)
+    return out
 
 
 def not_bitnet_reason(raw: dict, where: str) -> str | None:
@@ -67,28 +113,38 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     if raw.get("attention_bias"):
         raise ConvertError("attention_bias=true is not supported (BitNet b1.58 has no biases). "
                            "Use a BitNet b1.58 checkpoint.")
-    try:
-        D, H = int(raw["hidden_size"]), int(raw["num_attention_heads"])
-        cfg = {
-            "hidden_size": D,
-            "intermediate_size": int(raw["intermediate_size"]),
-            "num_hidden_layers": int(raw["num_hidden_layers"]),
-            "num_attention_heads": H,
-            "num_key_value_heads": int(raw.get("num_key_value_heads") or H),
-            "head_dim": int(raw.get("head_dim") or D // H),
-            "vocab_size": int(raw["vocab_size"]),
-            "max_position_embeddings": int(raw.get("max_position_embeddings", 2048)),
-            "rope_theta": _rope_theta(raw),
-            "rms_norm_eps": float(raw.get("rms_norm_eps", 1e-5)),
-            "bos_token_id": raw.get("bos_token_id"),
-            "eos_token_id": raw.get("eos_token_id"),
-        }
-    except KeyError as exc:
-        raise ConvertError(f"config.json in {folder} lacks {exc.args[0]!r}. Download the checkpoint again.") from exc
-    except (TypeError, ValueError, ZeroDivisionError) as exc:
-        raise ConvertError(f"config.json in {folder} has an invalid value ({exc}). Download the checkpoint again.") from exc
-    if min(cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], H, cfg["num_key_value_heads"],
-           cfg["head_dim"], cfg["vocab_size"], cfg["max_position_embeddings"]) <= 0:
+    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                           "vocab_size") if k not in raw]
+    if missing:
+        raise ConvertError(f"config.json in {folder} lacks {missing[0]!r}. Download the checkpoint again.")
+    D, H = _whole(raw, "hidden_size", required=True), _whole(raw, "num_attention_heads", required=True)
+    kvh, hd = _whole(raw, "num_key_value_heads"), _whole(raw, "head_dim")
+    if hd is None:
+        hd = D // H if H > 0 else 0   # 0: refused below with the other sizes
+    cfg = {
+        "hidden_size": D,
+        "intermediate_size": _whole(raw, "intermediate_size", required=True),
+        "num_hidden_layers": _whole(raw, "num_hidden_layers", required=True),
+        "num_attention_heads": H,
+        "num_key_value_heads": kvh or H,
+        "head_dim": hd,
+        "vocab_size": _whole(raw, "vocab_size", required=True),
+        "max_position_embeddings": _whole(raw, "max_position_embeddings", 2048),
+        "rope_theta": _rope_theta(raw),
+        "rms_norm_eps": _positive_number(raw, "rms_norm_eps", 1e-5),
+        "bos_token_id": _whole(raw, "bos_token_id"),   # one id (eos may be a list)
+        "eos_token_id": raw.get("eos_token_id"),
+    }
+    for key in ("bos_token_id", "eos_token_id"):
+        for i in _ids(cfg[key], key, "config.json"):
+            if not 0 <= i < cfg["vocab_size"]:
+                raise ConvertError(f"config.json has {key} {i}, outside the {cfg['vocab_size']} embedding rows. Fix "
+                                   "config.json or download the checkpoint again.")
+    if kvh is not None and kvh <= 0:
+        raise ConvertError(f"config.json has num_key_value_heads = {kvh}; it must be positive (or absent: as many "
+                           "as the attention heads). Fix config.json.")
+    if min(cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                             "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")) <= 0:
         raise ConvertError(f"config.json in {folder} has a size that is not positive: {cfg}. Fix config.json or download the checkpoint again.")
     if H * cfg["head_dim"] != D:
         raise ConvertError(f"num_attention_heads x head_dim = {H} x {cfg['head_dim']} != hidden_size {D}; the BitNet "
@@ -96,6 +152,9 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     if H % cfg["num_key_value_heads"] or cfg["head_dim"] % 2:
         raise ConvertError(f"{H} attention heads cannot share {cfg['num_key_value_heads']} KV heads, or head_dim "
                            f"{cfg['head_dim']} is odd. Fix config.json or use an unmodified checkpoint.")
+    problem = config_problem(cfg)  # the engine file's own rule (ranges), so a converted file always opens
+    if problem:
+        raise ConvertError(f"config.json in {folder} {problem}. Fix config.json or use an unmodified checkpoint.")
     return cfg, raw
 
 
@@ -115,15 +174,21 @@ def ternary_weight_count(cfg: dict) -> int:
 
 def _rope_theta(raw: dict) -> float:
     params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if not isinstance(params, dict):
+        raise ConvertError(f"config.json has rope_parameters = {params!r}, not an object. Fix config.json.")
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ("default", None):
         raise ConvertError(f"RoPE scaling {kind!r} is not supported (only plain RoPE). Use a checkpoint without rope scaling.")
-    return float(raw.get("rope_theta") or params.get("rope_theta") or DEFAULT_ROPE_THETA)
+    if raw.get("rope_theta") is not None:
+        return _positive_number(raw, "rope_theta", DEFAULT_ROPE_THETA)
+    return _positive_number(params, "rope_theta", DEFAULT_ROPE_THETA)
 
 
 def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
     """quantization_config -> (quant_method, linear_class, quantization_mode); None where a key is absent."""
     qc = raw.get("quantization_config") or {}
+    if not isinstance(qc, dict):
+        raise ConvertError(f"config.json has quantization_config = {qc!r}, not an object. Fix config.json.")
     method, lc, mode = qc.get("quant_method"), qc.get("linear_class"), qc.get("quantization_mode")
     if qc and method != "bitnet":
         raise ConvertError(f"quantization method {method!r} is not supported (only 'bitnet' 1.58-bit weights). "
@@ -146,23 +211,29 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
         raise ConvertError(f"tokenizer.json is missing from {folder}. Download it with the checkpoint "
                            f"(the app needs the Hugging Face fast tokenizer file).")
     try:
-        with open(tok_path, encoding="utf-8") as f:
-            tok_text = f.read()
+        tok_text = read_text(tok_path, TOKENIZER_LIMIT)
         tok = json.loads(tok_text)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConvertError(f"{tok_path} is not a valid tokenizer file ({exc}). Download it again.") from exc
+    except CheckpointFileError as exc:
+        raise ConvertError(str(exc)) from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConvertError(f"{tok_path} is not a valid tokenizer file ({exc}). Download it again.") from None
+    if not isinstance(tok, dict):
+        raise ConvertError(f"{tok_path} is not a tokenizer (not a JSON object). Download it again.")
     tc = read_json(folder, "tokenizer_config.json") or {}
     gc = read_json(folder, "generation_config.json") or {}
     dlm = read_json(folder, "dlm_config.json")
     V = config["vocab_size"]
+    check_tokenizer(tok_text, tok_path, V)
 
     stops = gc.get("eos_token_id", config.get("eos_token_id"))
-    stop_ids = [int(s) for s in (stops if isinstance(stops, list) else [stops]) if s is not None]
+    stop_ids = _ids(stops, "eos_token_id", "generation_config.json / config.json")
     bos = config.get("bos_token_id")
     if bos is None:
-        bos = gc.get("bos_token_id")
+        bos = _whole(gc, "bos_token_id", where="generation_config.json")
+    if bos is not None and not 0 <= bos < V:
+        raise ConvertError(f"bos_token_id {bos} is outside the {V} embedding rows; fix config.json.")
 
-    mask_id = (dlm or {}).get("mask_token_id")
+    mask_id = _whole(dlm or {}, "mask_token_id", where="dlm_config.json")
     if mask_id is None:
         mask_id = _token_id(tok, MASK_TOKEN)
     if mask_id is not None and not 0 <= int(mask_id) < V:
@@ -174,11 +245,14 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
                                f"generation_config.json / config.json.")
 
     block = (dlm or {}).get("bd_size") or (dlm or {}).get("block_size") or (raw or {}).get("bd_size") or DEFAULT_BLOCK_SIZE
+    if not isinstance(block, int) or isinstance(block, bool) or not 0 < block <= config["max_position_embeddings"]:
+        raise ConvertError(f"the diffusion block size {block!r} (bd_size / block_size) is not a whole number between 1 "
+                           f"and the context {config['max_position_embeddings']}. Fix dlm_config.json or config.json.")
     return {
         "tokenizer_json": tok_text,
         "tokenizer_config": tc,
         "generation_config": gc,
-        "chat_template": _chat_template(folder, tc),
+        "chat_template": _checked_template(_chat_template(folder, tc)),
         "stop_ids": stop_ids,
         "bos_id": None if bos is None else int(bos),
         "mask_id": None if mask_id is None else int(mask_id),
@@ -188,32 +262,83 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
 
 
 def _token_id(tok: dict, content: str):
-    for t in tok.get("added_tokens") or []:
-        if t.get("content") == content:
-            return int(t["id"])
-    vocab = (tok.get("model") or {}).get("vocab")
-    if isinstance(vocab, dict) and content in vocab:
-        return int(vocab[content])
+    added = tok.get("added_tokens") or []
+    for t in added if isinstance(added, list) else []:
+        if isinstance(t, dict) and t.get("content") == content and isinstance(t.get("id"), int):
+            return t["id"]
+    model = tok.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict) and isinstance(vocab.get(content), int):
+        return vocab[content]
     return None
+
+
+def check_tokenizer(tok_text: str, where: str, vocab_size: int) -> None:
+    """Load tokenizer.json with the `tokenizers` library and round-trip a text through it, so a broken one
+    is refused here rather than cached and failing at every load. Its ids must fit the embedding."""
+    import tokenizers
+
+    try:
+        tok = tokenizers.Tokenizer.from_str(tok_text)
+        ids = tok.encode("Hello, world! 123", add_special_tokens=True).ids
+        tok.decode(ids)
+        n = max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1   # the highest id, not the count
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the Rust side raises Exception or PanicException (a BaseException)
+        raise ConvertError(f"{where} cannot be used: the tokenizers library fails on it ({type(exc).__name__}: "
+                           f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again.") from None
+    if n > vocab_size:
+        raise ConvertError(f"{where} has token ids up to {n - 1} but the model's embedding has only {vocab_size} rows, "
+                           "so some ids would have no embedding. Use the tokenizer that came with the checkpoint.")
 
 
 def _chat_template(folder: str, tc: dict):
     """tokenizer_config.json's chat_template (a string, or a list of named ones: take "default"),
     else chat_template.jinja, else chat_template.json; None when the checkpoint has none."""
     t = tc.get("chat_template")
+    if t is not None and not isinstance(t, (str, list)):
+        raise ConvertError(f"tokenizer_config.json has a chat_template that is a {type(t).__name__}, not text. Fix it "
+                           "or download the checkpoint again.")
     if isinstance(t, list):
         named = {e.get("name"): e.get("template") for e in t if isinstance(e, dict)}
         t = named.get("default") or next(iter(named.values()), None)
     if isinstance(t, str):
+        if len(t) > TEMPLATE_LIMIT:
+            raise ConvertError(f"the chat template in tokenizer_config.json is over {TEMPLATE_LIMIT >> 20} MB. Use the "
+                               "checkpoint's original tokenizer_config.json.")
         return t
     jinja = os.path.join(folder, "chat_template.jinja")
     if os.path.exists(jinja):
-        with open(jinja, encoding="utf-8") as f:
-            return f.read()
+        try:
+            return read_text(jinja, TEMPLATE_LIMIT)
+        except CheckpointFileError as exc:
+            raise ConvertError(str(exc)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConvertError(f"{jinja} cannot be read ({exc}). Download the checkpoint again.") from None
     js = read_json(folder, "chat_template.json")
     if isinstance(js, dict) and isinstance(js.get("chat_template"), str):
         return js["chat_template"]
     return None
+
+
+def _checked_template(template):
+    """The chat template once Jinja can parse it (parsed, never run: it runs only in text/sandbox.py), so a
+    broken one is refused here rather than failing every chat later."""
+    if template is None:
+        return None
+    import jinja2
+
+    try:
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConvertError(f"the checkpoint's chat template is not valid Jinja (line {exc.lineno}: {exc.message}). "
+                           "Fix chat_template in tokenizer_config.json (or chat_template.jinja), or download the "
+                           "checkpoint again.") from None
+    except RecursionError:
+        raise ConvertError("the checkpoint's chat template nests too deeply to be parsed. Download the checkpoint "
+                           "again.") from None
+    return template
 
 
 def _dlm_attention(dlm) -> str:

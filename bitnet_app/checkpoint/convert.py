@@ -18,6 +18,7 @@ The untied-head case (tie_word_embeddings false with an lm_head.weight) is rejec
 has one embedding that is also the head.
 """
 import os
+import re
 import time
 
 import numpy as np
@@ -32,6 +33,7 @@ FLOAT_TAGS = ("BF16", "F16", "F32")
 HEAD_CHUNK = 8192           # embedding rows per head-quantization chunk (multiple of 16): ~84 MB fp32 at D=2560
 DIVIDE_THRESHOLD = 3.0      # see _infer_scale_mode
 CONVERTER_VERSION = 1
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 
 def _norm_shapes(cfg: dict) -> dict:
@@ -79,6 +81,16 @@ def _check_tensors(ck: Checkpoint, cfg: dict, layout: str) -> None:
                                        f"BF16/F16/F32 value (a per-tensor scale). Use an unmodified BitNet b1.58 checkpoint.")
             else:
                 _expect(ck, name, (N, K), FLOAT_TAGS)
+
+
+def _check_layer_count(ck: Checkpoint, cfg: dict) -> None:
+    """Weights of layers beyond num_hidden_layers would be dropped silently: refuse instead."""
+    L = cfg["num_hidden_layers"]
+    extra = sorted({int(m.group(1)) for m in map(_LAYER_RE.match, ck.names()) if m and int(m.group(1)) >= L})
+    if extra:
+        raise ConvertError(f"config.json says num_hidden_layers = {L}, but the weights hold layers up to {extra[-1]} "
+                           f"({extra[-1] + 1} layers). config.json and the weights do not belong together: fix "
+                           "num_hidden_layers or download the checkpoint again.")
 
 
 def _layout(ck: Checkpoint, cfg: dict, linear_class, mode) -> str:
@@ -192,6 +204,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     if not os.path.isdir(src_dir):
         raise ConvertError(f"{src_dir} is not a folder. Pass a Hugging Face checkpoint folder "
                            f"(config.json, tokenizer.json, *.safetensors).")
+    _refuse_own_input(src_dir, out_path)
     cfg, raw = read_model_config(src_dir)
     _, linear_class, mode = read_quant_config(raw)
     text = read_text_meta(src_dir, cfg, raw)
@@ -204,6 +217,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                            "supports only BitNet's tied embedding head. Use a tied BitNet b1.58 checkpoint.")
     layout = _layout(ck, cfg, linear_class, mode)
     _check_tensors(ck, cfg, layout)
+    _check_layer_count(ck, cfg)
 
     L = cfg["num_hidden_layers"]
     projs = list(projection_shapes(cfg))
@@ -257,6 +271,18 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                            f"path.") from exc
     report(1.0, f"done in {time.time() - t0:.1f} s")
     return out_path
+
+
+def _refuse_own_input(src_dir: str, out_path: str) -> None:
+    """An output that is one of the checkpoint's files (or the folder) would overwrite its own source."""
+    out = os.path.realpath(out_path)
+    inputs = {os.path.realpath(src_dir)} | {os.path.realpath(os.path.join(src_dir, n)) for n in os.listdir(src_dir)}
+    same = out in inputs or (os.path.exists(out_path) and any(
+        os.path.exists(p) and os.path.samefile(out_path, p) for p in inputs))
+    if same:
+        raise ConvertError(f"{out_path} is one of the checkpoint's own files (or its folder): converting into it would "
+                           f"destroy the source. Choose another --out path, e.g. {os.path.join(src_dir, 'model.bitnet')}, "
+                           "or leave --out out to use the cache folder.")
 
 
 def estimated_output_bytes(folder: str) -> int:

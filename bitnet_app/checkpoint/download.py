@@ -21,6 +21,7 @@ from typing import Callable
 
 from .config import not_bitnet_reason
 from .disk import DiskFull, ensure_free_space
+from .files import JSON_LIMIT, read_text
 from .progress import ByteCounter, DownloadProgress, tqdm_class
 
 DEFAULT_REPO = "microsoft/bitnet-b1.58-2B-4T"
@@ -33,6 +34,9 @@ NEEDED_FILES = {
 }
 PROGRESS_CHUNK = 1 << 20  # huggingface_hub reads 10 MB per chunk: too coarse for a live byte counter
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# What the server says becomes a file name in the cache (blobs/<etag>, snapshots/<commit>): the Hub sends
+# hex digests (git sha1, LFS sha256); anything with a dot, slash or other character could leave the folder.
+_SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 OFFLINE_HINT = ("Use the bundled demo model (`demo`) or a checkpoint folder on this computer instead, "
                  "or connect to the internet and retry.")
 
@@ -48,6 +52,17 @@ class HubError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+def checked_server_name(value: str, what: str, repo_id: str) -> str:
+    """value, a name the server chose (an ETag, a commit), once seen to be a plain file name (letters,
+    digits, '-' and '_'); otherwise HubError: a hostile endpoint must not pick a path like `../../x`."""
+    if not isinstance(value, str) or not _SAFE_NAME_RE.match(value):
+        raise HubError("network", f"The Hub server ({hub_endpoint()}) sent the {what} {str(value)[:80]!r} for "
+                                  f"{repo_id}, which is not a plain id (letters, digits, '-', '_'); it is refused (it would name a "
+                                  "file outside the download cache). Check HF_ENDPOINT: use the real Hub or a "
+                                  "trusted mirror.")
+    return value
 
 
 def is_repo_id(text: str) -> bool:
@@ -132,11 +147,10 @@ def cached_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir: s
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
         try:
-            with open(index) as f:
-                shards = set(json.load(f).get("weight_map", {}).values())
-        except (OSError, ValueError):
+            shards = set(json.loads(read_text(index, JSON_LIMIT)).get("weight_map", {}).values())
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError):
             return None
-        return folder if shards and all(os.path.exists(os.path.join(folder, s)) for s in shards) else None
+        return folder if shards and all(isinstance(s, str) and os.path.exists(os.path.join(folder, s)) for s in shards) else None
     has_weights = any(n.endswith(".safetensors") for n in os.listdir(folder))
     return folder if has_weights and os.path.exists(os.path.join(folder, "tokenizer.json")) else None
 
@@ -150,14 +164,16 @@ def _list_files(repo_id: str, revision: str | None, token) -> tuple[str, dict[st
     for s in info.siblings or []:
         if is_needed(s.rfilename):
             sizes[s.rfilename] = int(s.size or (s.lfs.size if s.lfs else 0) or 0)
-            etags[s.rfilename] = s.lfs.sha256 if s.lfs else (s.blob_id or "")
+            etag = s.lfs.sha256 if s.lfs else s.blob_id
+            etags[s.rfilename] = checked_server_name(etag, f"id of {s.rfilename}", repo_id) if etag else ""
     if "config.json" not in sizes:
         raise HubError("not_bitnet", f"{repo_id} has no config.json, so it is not a model checkpoint this app "
                                      "can run. Pick a BitNet b1.58 repository such as microsoft/bitnet-b1.58-2B-4T.")
     if not any(n.endswith(".safetensors") for n in sizes):
         raise HubError("not_bitnet", f"{repo_id} has no .safetensors weights (only safetensors checkpoints are "
                                      "supported; pickled .bin files are never loaded).")
-    return info.sha or revision or "main", sizes, etags
+    commit = info.sha or revision or "main"
+    return checked_server_name(commit, "commit", repo_id), sizes, etags
 
 
 def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir: str | None = None,
@@ -199,7 +215,7 @@ def download_checkpoint(repo_id: str, *, revision: str | None = None, cache_dir:
             if i == 1:  # config.json is in: refuse other architectures before fetching gigabytes
                 check_folder_config(folder, repo_id)
                 missing = sum(sizes[n] for n in order[1:]
-                              if not os.path.exists(os.path.join(storage, "blobs", etags[n])))
+                              if not (etags[n] and os.path.exists(os.path.join(storage, "blobs", etags[n]))))
                 ensure_free_space(cache, missing + (64 << 20), f"downloading {repo_id}")
             counter.file = name
             counter.mark()
@@ -228,6 +244,11 @@ def _fetch_resumable(repo_id: str, name: str, commit: str, storage: str, token, 
 
     url = hf_hub_url(repo_id, name, revision=commit, endpoint=hub_endpoint())
     meta = get_hf_file_metadata(url, token=token, endpoint=hub_endpoint())
+    # Checked before either download path (this one or hf_hub_download's) joins them into cache paths.
+    if meta.etag is not None:
+        checked_server_name(meta.etag, f"ETag of {name}", repo_id)
+    if meta.commit_hash is not None:
+        checked_server_name(meta.commit_hash, f"commit of {name}", repo_id)
     if meta.etag is None or (meta.xet_file_data is not None and is_xet_available()):
         return  # Xet storage has its own transfer protocol: hf_hub_download handles it
     blob = os.path.join(storage, "blobs", meta.etag)
@@ -275,9 +296,8 @@ def _remember_ref(storage: str, revision: str, commit: str) -> None:
 def check_folder_config(folder: str, where: str) -> None:
     """Raise HubError(not_bitnet) unless folder/config.json describes a BitNet b1.58 model (the converter's rule)."""
     try:
-        with open(os.path.join(folder, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as exc:
+        config = json.loads(read_text(os.path.join(folder, "config.json"), JSON_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
         raise HubError("not_bitnet", f"{where}: config.json cannot be read ({exc}).") from exc
     if not isinstance(config, dict):
         raise HubError("not_bitnet", f"{where}: config.json is not a JSON object.")

@@ -9,10 +9,13 @@ the others as their numpy type. Every header is validated against the file size 
 truncated or corrupt download gives a SafetensorsError that names the file, never a crash later.
 """
 import json
+import math
 import os
 import struct
 
 import numpy as np
+
+from .files import JSON_LIMIT, CheckpointFileError, check_regular, read_text
 
 # safetensors dtype tag -> numpy dtype of the view we hand out
 DTYPES = {
@@ -33,13 +36,41 @@ def _redownload(path: str) -> str:
     return f"{path}: delete it and download the checkpoint again"
 
 
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_contiguous(entries: dict, base: int, size: int, path: str) -> None:
+    """The spec's rule: the tensors tile the data buffer exactly, in some order, with no overlap and no hole
+    (an overlap would make two tensors share bytes; a hole or trailing bytes mean a damaged file)."""
+    at = base
+    for name, (_, _, b, end) in sorted(entries.items(), key=lambda kv: (kv[1][2], kv[1][3])):
+        if b != at:
+            what = "overlaps the tensor before it" if b < at else f"leaves a hole of {b - at} bytes before it"
+            raise SafetensorsError(f"tensor {name!r} {what} (data offsets must tile the file). {_redownload(path)}")
+        at = end
+    if at != size:
+        raise SafetensorsError(f"the tensors end at byte {at} but the file has {size} bytes (damaged or extended). "
+                               f"{_redownload(path)}")
+
+
+def check_shard_name(fn, index: str) -> None:
+    """A shard named in the index must be a plain *.safetensors file name in the checkpoint folder: an
+    absolute path, a `../` or a sub-folder could make a downloaded index read any file on this computer."""
+    if (not isinstance(fn, str) or not fn.endswith(".safetensors") or os.path.basename(fn) != fn
+            or fn.startswith(".") or "\\" in fn or "\0" in fn):
+        raise SafetensorsError(f"{index} names the shard {str(fn)[:200]!r}, which is not a *.safetensors file in "
+                               f"the checkpoint folder (absolute paths, '..' and sub-folders are refused). The index "
+                               f"is corrupt or hostile: {_redownload(index)}")
+
+
 class SafetensorsFile:
     """One .safetensors file: `entries` name -> (dtype tag, shape tuple, absolute begin, end)."""
 
     def __init__(self, path: str):
         self.path = path
         try:
-            size = os.path.getsize(path)
+            size = check_regular(path).st_size
             with open(path, "rb") as f:
                 head = f.read(8)
                 if len(head) < 8:
@@ -50,26 +81,33 @@ class SafetensorsFile:
                         f"header length {n} runs past the end of the {size}-byte file (truncated or not a "
                         f"safetensors file). {_redownload(path)}")
                 raw = f.read(n)
+        except CheckpointFileError as exc:
+            raise SafetensorsError(str(exc)) from None
         except OSError as exc:
             raise SafetensorsError(f"cannot read {path}: {exc}") from exc
         try:
             header = json.loads(raw.decode("utf-8"))
             if not isinstance(header, dict):
                 raise ValueError("header is not a JSON object")
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise SafetensorsError(f"header is not valid JSON ({exc}). {_redownload(path)}") from exc
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise SafetensorsError(f"header is not valid JSON ({exc}). {_redownload(path)}") from None
         self.metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(self.metadata, dict):
+            raise SafetensorsError(f"__metadata__ is not an object. {_redownload(path)}")
         base = 8 + n
         self.entries = {}
         for name, e in header.items():
             try:
-                tag, shape, (b, end) = e["dtype"], tuple(int(d) for d in e["shape"]), e["data_offsets"]
+                tag, shape, (b, end) = e["dtype"], tuple(e["shape"]), e["data_offsets"]
             except (KeyError, TypeError, ValueError) as exc:
-                raise SafetensorsError(f"tensor {name!r} has a malformed header entry. {_redownload(path)}") from exc
-            if tag not in DTYPES:
+                raise SafetensorsError(f"tensor {name!r} has a malformed header entry. {_redownload(path)}") from None
+            if not all(_whole(v) and v >= 0 for v in (b, end, *shape)):
+                raise SafetensorsError(f"tensor {name!r} has a shape {list(shape)} or data offsets {[b, end]} that are "
+                                       f"not whole non-negative numbers. {_redownload(path)}")
+            if not isinstance(tag, str) or tag not in DTYPES:
                 raise SafetensorsError(f"tensor {name!r} has dtype {tag}, which this reader does not know. "
                                        f"Use a checkpoint saved in BF16/F16/F32/U8.")
-            want = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[tag]).itemsize
+            want = math.prod(shape) * np.dtype(DTYPES[tag]).itemsize
             if not (0 <= b <= end) or end - b != want:
                 raise SafetensorsError(f"tensor {name!r}: data offsets [{b}, {end}] do not match shape {list(shape)} "
                                        f"of {tag}. {_redownload(path)}")
@@ -77,6 +115,7 @@ class SafetensorsFile:
                 raise SafetensorsError(f"tensor {name!r} ends at byte {base + end}, past the end of the {size}-byte "
                                        f"file (truncated download). {_redownload(path)}")
             self.entries[name] = (tag, shape, base + b, base + end)
+        _check_contiguous(self.entries, base, size, path)
         self._mm = np.memmap(path, dtype=np.uint8, mode="r") if size else None
 
     def get(self, name: str) -> np.ndarray:
@@ -95,11 +134,16 @@ class Checkpoint:
         index = os.path.join(folder, INDEX_NAME)
         if os.path.exists(index):
             try:
-                with open(index, encoding="utf-8") as f:
-                    weight_map = json.load(f)["weight_map"]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise SafetensorsError(f"{index} is not a valid safetensors index ({exc}). {_redownload(index)}") from exc
+                weight_map = json.loads(read_text(index, JSON_LIMIT))["weight_map"]
+            except CheckpointFileError as exc:
+                raise SafetensorsError(str(exc)) from None
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise SafetensorsError(f"{index} is not a valid safetensors index ({exc}). {_redownload(index)}") from None
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise SafetensorsError(f"{index} has no weight_map object. {_redownload(index)}")
             files = sorted(set(weight_map.values()))
+            for fn in files:
+                check_shard_name(fn, index)
         elif os.path.exists(os.path.join(folder, SINGLE_NAME)):
             files, weight_map = [SINGLE_NAME], None
         else:

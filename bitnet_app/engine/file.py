@@ -1,14 +1,19 @@
 """The packed engine file: one versioned, mmap-able file per converted checkpoint.
 
-Layout (little endian):
+Layout (little endian), format 2:
     bytes 0..7    magic b"BITNETAP"
     bytes 8..11   uint32 format version (FORMAT_VERSION)
     bytes 12..19  uint64 length of the JSON metadata that follows
-    bytes 20..    JSON metadata (utf-8), then zero padding up to DATA_ALIGN
-    data          each tensor at an offset (relative to the start of the file) that is a multiple of 64
+    bytes 20..35  the first 16 bytes of sha256(bytes 0..19 + the JSON metadata): damage to the header or
+                  the metadata is found before anything in it is believed
+    bytes 36..    JSON metadata (utf-8), then zero padding up to DATA_ALIGN
+    data          each tensor at an offset (relative to the start of the file) that is a multiple of 64,
+                  in offset order, not overlapping, zero padding between; the file ends on a multiple of 64
 
 Metadata keys: "config" (normalized hyper-parameters, see checkpoint/config.py), "tensors" (name -> dtype, shape,
-offset, nbytes), and what the model layer needs: "tokenizer_json", "tokenizer_config",
+offset, nbytes), "layout" (data_start, file_bytes, chunk_bytes, chunk_sums: the wrapping uint64 sum of
+each CHUNK_BYTES piece of the data region, read as little-endian uint64 words), and what the model
+layer needs: "tokenizer_json", "tokenizer_config",
 "generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion", "source".
 
 Tensor names (i = layer index), layouts from packing.py:
@@ -23,62 +28,107 @@ Tensor names (i = layer index), layouts from packing.py:
         o: N = D, K = H*hd;  gate_up rows = [gate (I) | up (I)], K = D;  down: N = D, K = I
     head.i8                     int8 tiles (Vp/16, Dp/4, 64); head.scale float32 (Vp,); head.rowsum int32 (Vp,)
 
-Files are written to a temporary name in the same folder and renamed into place, so a crash never
-leaves a half-written file under the final name.
+Files are written to a temporary name in the same folder (.partial-<pid>-*.bitnet) and renamed into
+place, so a crash never leaves a half-written file under the final name; remove_stale_partials()
+deletes the temporary files of writers that are no longer running.
+
+Opening checks everything the engine and the model layer rely on (engine/validate.py): the metadata's
+checksum, the tensor table (dtypes, shapes, sizes, aligned offsets after the metadata, in bounds, not
+overlapping), the config values and the text metadata. The data's chunk sums are all verified when the
+data is small (<= FULL_VERIFY_BYTES, e.g. the demo model: a few ms); a large file verifies its first and
+last chunks and two random ones at each open (a zero-filled or torn tail is always found; a flipped bit
+elsewhere with a chance per open), because summing all 1.5 GB of the 2B-4T file costs about a second.
+EngineFile(path, verify="full") checks every chunk.
 """
+import hashlib
 import json
 import os
+import re
+import stat
 import struct
 import tempfile
+import time
 
 import numpy as np
 
+from .validate import DTYPES, EngineFileError, check_meta, check_table
+
 MAGIC = b"BITNETAP"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 DATA_ALIGN = 4096
 TENSOR_ALIGN = 64
-_HEADER = struct.Struct("<8sIQ")
+CHUNK_BYTES = 16 << 20           # one data checksum per 16 MB
+FULL_VERIFY_BYTES = 64 << 20     # data up to this size is verified completely at every open
+SAMPLED_CHUNKS = 2               # random chunks verified (besides the first and last) in a larger file
+MAX_META_BYTES = 256 << 20       # the 2B-4T metadata (with its 9 MB tokenizer) is ~10 MB
+STALE_PARTIAL_SECONDS = 3600     # a temporary file untouched this long belongs to no live writer
+_HEADER = struct.Struct("<8sIQ16s")
+_PREFIX = struct.Struct("<8sIQ")  # the part of the header the digest covers
+_PARTIAL_RE = re.compile(r"^\.partial-(?:(\d+)-)?.*\.bitnet$")
 
-DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int32": np.int32, "float32": np.float32}
+
+def _digest(prefix: bytes, blob: bytes) -> bytes:
+    return hashlib.sha256(prefix + blob).digest()[:16]
 
 
-class EngineFileError(ValueError):
-    """A file that is not a (current) engine file: the message says what to do."""
+def _words(raw: np.ndarray) -> np.ndarray:
+    """uint8 bytes -> little-endian uint64 words (zero-padded to a multiple of 8)."""
+    if raw.size % 8:
+        raw = np.concatenate([raw, np.zeros(8 - raw.size % 8, np.uint8)])
+    return raw.view("<u8")
+
+
+def _chunk_sums(spans, n_chunks: int) -> list[int]:
+    """spans: (offset relative to the data start (a multiple of 8), uint8 bytes) -> wrapping uint64 sum of
+    each CHUNK_BYTES chunk of the data region (gaps are zeros and add nothing)."""
+    sums = [0] * n_chunks
+    for rel, raw in spans:
+        pos = 0
+        while pos < raw.size:
+            c = (rel + pos) // CHUNK_BYTES
+            take = min(raw.size - pos, (c + 1) * CHUNK_BYTES - (rel + pos))
+            sums[c] = (sums[c] + int(_words(raw[pos:pos + take]).sum(dtype=np.uint64))) % (1 << 64)
+            pos += take
+    return sums
 
 
 def write_engine_file(path: str, meta: dict, tensors: dict[str, np.ndarray]) -> None:
     """Write meta + tensors atomically to `path` (temporary file in the same folder, then rename)."""
-    table, offset = {}, 0
+    table, rel = {}, 0
     for name, arr in tensors.items():
         dtype = np.dtype(arr.dtype).name
         if dtype not in DTYPES:
             raise TypeError(f"tensor {name}: unsupported dtype {dtype}")
-        table[name] = {"dtype": dtype, "shape": list(arr.shape), "offset": offset, "nbytes": int(arr.nbytes)}
-        offset += -(-int(arr.nbytes) // TENSOR_ALIGN) * TENSOR_ALIGN
-    full_meta = dict(meta, tensors=table)
-    blob = json.dumps(full_meta, separators=(",", ":")).encode()
-    data_start = -(-(_HEADER.size + len(blob)) // DATA_ALIGN) * DATA_ALIGN
-    for entry in table.values():
-        entry["offset"] += data_start
-    blob = json.dumps(full_meta, separators=(",", ":")).encode()  # offsets changed: same length or longer
-    data_start2 = -(-(_HEADER.size + len(blob)) // DATA_ALIGN) * DATA_ALIGN
-    if data_start2 != data_start:  # the longer numbers crossed a page: shift once more
-        for entry in table.values():
-            entry["offset"] += data_start2 - data_start
+        table[name] = {"dtype": dtype, "shape": list(arr.shape), "offset": rel, "nbytes": int(arr.nbytes)}
+        rel += -(-int(arr.nbytes) // TENSOR_ALIGN) * TENSOR_ALIGN
+    data_bytes = rel  # the data region, padded to TENSOR_ALIGN
+    n_chunks = -(-data_bytes // CHUNK_BYTES)
+    sums = _chunk_sums(((table[n]["offset"], np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+                        for n, a in tensors.items()), n_chunks)
+    layout = {"data_start": 0, "file_bytes": 0, "chunk_bytes": CHUNK_BYTES, "chunk_sums": sums}
+    full_meta = dict(meta, tensors=table, layout=layout)
+    data_start = 0
+    while True:  # offsets depend on where the data starts, which depends on the metadata's length
         blob = json.dumps(full_meta, separators=(",", ":")).encode()
-        data_start = data_start2
+        start = -(-(_HEADER.size + len(blob)) // DATA_ALIGN) * DATA_ALIGN
+        if start == data_start:
+            break
+        for entry in table.values():
+            entry["offset"] += start - data_start
+        layout["data_start"], layout["file_bytes"], data_start = start, start + data_bytes, start
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".bitnet", dir=folder)
+    remove_stale_partials(folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".partial-{os.getpid()}-", suffix=".bitnet", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, len(blob)))
+            prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(blob))
+            f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, len(blob), _digest(prefix, blob)))
             f.write(blob)
             for name, arr in tensors.items():
                 f.seek(table[name]["offset"])
                 f.write(np.ascontiguousarray(arr).tobytes(order="C"))
-            end = max((e["offset"] + e["nbytes"] for e in table.values()), default=data_start)
-            f.truncate(max(end, data_start))
+            f.truncate(data_start + data_bytes)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -91,50 +141,134 @@ def write_engine_file(path: str, meta: dict, tensors: dict[str, np.ndarray]) -> 
         raise
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_partials(folder: str) -> list[str]:
+    """Delete the .partial-*.bitnet files of writers that were killed: the writer's pid (in the name) is no
+    longer running, or the file has not changed for STALE_PARTIAL_SECONDS (a reused pid, or a name from
+    another machine). Returns the paths removed; a folder that cannot be listed is left alone."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        m = _PARTIAL_RE.match(name)
+        if not m:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            age = now - os.lstat(path).st_mtime
+            pid = int(m.group(1)) if m.group(1) else None
+            if age > STALE_PARTIAL_SECONDS or (pid is not None and pid != os.getpid() and not _pid_alive(pid)):
+                os.unlink(path)
+                removed.append(path)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to delete
+    return removed
+
+
 NOT_AN_ENGINE_FILE = ("is not a BitNet engine file (those start with BITNETAP). Give a converted .bitnet file, an "
                       "HF checkpoint folder, a Hub repo id or `demo`; `python -m bitnet_app convert` turns a "
                       "checkpoint into an engine file.")
 
 
-def _read_meta(path: str, size: int) -> dict:
-    """The JSON metadata after the header of a `size`-byte file, or EngineFileError saying what to do."""
-    with open(path, "rb") as f:
+def _problem(version, meta_len: int, size: int) -> str | None:
+    if version is None:
+        return "is too short to be an engine file (truncated?). Convert the checkpoint again."
+    if version != FORMAT_VERSION:
+        return (f"has engine format {version}, this version reads {FORMAT_VERSION}. Convert the checkpoint again "
+                "(the cached copy of a checkpoint folder or Hub repo is rebuilt by itself).")
+    if meta_len > min(size - _HEADER.size, MAX_META_BYTES):
+        return "is truncated or damaged (its metadata runs past the end). Convert the checkpoint again."
+    return None
+
+
+def _read_meta(path: str) -> tuple[dict, int]:
+    """(the JSON metadata, file size) of an engine file, checked against its digest; EngineFileError saying
+    what to do otherwise. Refuses anything that is not a regular file (a FIFO or a device would block or
+    never end)."""
+    with open(path, "rb", buffering=0) as f:  # opening a FIFO would block: checked by the caller first
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise EngineFileError(f"{path} is not a regular file. Give a converted .bitnet file.")
+        size = st.st_size
         head = f.read(_HEADER.size)
-        magic, version, meta_len = _HEADER.unpack(head) if len(head) == _HEADER.size else (None, None, 0)
-        ours = bool(head) and head[:len(MAGIC)] == MAGIC[:len(head)]  # starts like an engine file (or a cut one)
-        problem = (NOT_AN_ENGINE_FILE if not ours
-                   else "is too short to be an engine file (truncated?). Convert the checkpoint again."
-                   if magic is None
-                   else f"has engine format {version}, this version reads {FORMAT_VERSION}. Convert the "
-                        "checkpoint again." if version != FORMAT_VERSION
-                   else "is truncated (metadata runs past the end). Convert the checkpoint again."
-                   if meta_len > size else None)
+        if not head or head[:len(MAGIC)] != MAGIC[:len(head)]:  # does not start like an engine file
+            raise EngineFileError(f"{path} {NOT_AN_ENGINE_FILE}")
+        version, meta_len, digest = None, 0, b""
+        if len(head) >= 12:
+            version = struct.unpack_from("<I", head, 8)[0]
+        if len(head) == _HEADER.size:
+            _, version, meta_len, digest = _HEADER.unpack(head)
+        elif version == FORMAT_VERSION:
+            version = None
+        problem = _problem(version, meta_len, size)
         if problem:
             raise EngineFileError(f"{path} {problem}")
-        return json.loads(f.read(meta_len).decode())
+        blob = f.read(meta_len)
+    if len(blob) != meta_len or _digest(_PREFIX.pack(MAGIC, version, meta_len), blob) != digest:
+        raise EngineFileError(f"{path} is damaged: the checksum of its header and metadata does not match. "
+                              "Convert the checkpoint again.")
+    try:
+        meta = json.loads(blob.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise EngineFileError(f"{path} has unreadable metadata ({exc}). Convert the checkpoint again.") from None
+    if not isinstance(meta, dict):
+        raise EngineFileError(f"{path} has metadata that is not a JSON object. Convert the checkpoint again.")
+    return meta, size
 
 
 class EngineFile:
-    """A converted model opened read-only: `meta` (dict) and `tensors` (name -> numpy view of the mmap)."""
+    """A converted model opened read-only: `meta` (dict) and `tensors` (name -> numpy view of the mmap).
+    verify: "auto" (all data chunks when the data is small, a sample otherwise) or "full"."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, verify: str = "auto"):
         self.path = path
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise EngineFileError(f"{path} is not a regular file. Give a converted .bitnet file.")
         try:
-            size = os.path.getsize(path)
-            self.meta = _read_meta(path, size)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
+            self.meta, size = _read_meta(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
             raise EngineFileError(f"cannot read engine file {path}: {exc}") from exc
-        table = self.meta.get("tensors", {})
-        end = max((e["offset"] + e["nbytes"] for e in table.values()), default=0)
-        if end > size:
-            raise EngineFileError(f"{path} is truncated ({size} bytes, needs {end}). Convert the checkpoint again.")
+        where = f"{path}"
+        layout = check_table(self.meta, size, _HEADER.size, where, TENSOR_ALIGN, DATA_ALIGN)
+        check_meta(self.meta, where)
         self._mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+        self._verify_data(layout, verify)
         self.tensors = {}
-        for name, e in table.items():
+        for name, e in self.meta["tensors"].items():
             raw = self._mm[e["offset"]:e["offset"] + e["nbytes"]]
             self.tensors[name] = raw.view(DTYPES[e["dtype"]]).reshape(e["shape"])
+
+    def _verify_data(self, layout: dict, verify: str) -> None:
+        start, end, sums = layout["data_start"], layout["file_bytes"], layout["chunk_sums"]
+        n = len(sums)
+        if verify == "full" or end - start <= FULL_VERIFY_BYTES:
+            chunks = range(n)
+        else:
+            rng = np.random.default_rng()
+            chunks = sorted({0, n - 1, *(int(c) for c in rng.integers(0, n, SAMPLED_CHUNKS))})
+        for c in chunks:
+            b = start + c * CHUNK_BYTES
+            got = int(_words(self._mm[b:min(end, b + CHUNK_BYTES)]).sum(dtype=np.uint64))
+            if got != sums[c]:
+                raise EngineFileError(f"{self.path} is damaged: the data between bytes {b} and "
+                                      f"{min(end, b + CHUNK_BYTES)} does not match its checksum. Convert the "
+                                      "checkpoint again.")
 
     @property
     def config(self) -> dict:

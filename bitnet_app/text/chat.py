@@ -7,12 +7,23 @@ A message is {"role": "system" | "user" | "assistant", "content": str}.
 
 Templates come from downloaded checkpoints, so they are untrusted code: they render in Jinja's
 ImmutableSandboxedEnvironment (no attribute access to internals such as `__class__`, no mutation
-of the arguments), and any template failure surfaces as ChatTemplateError.
-"""
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+of the arguments) with limits on time and size (sandbox.py), and any template failure surfaces as
+ChatTemplateError.
 
+Message text is data, never markup: a user who types "<|eot_id|>" or "<|begin_of_text|>" gets those
+characters tokenized as plain text; only the special tokens the template itself writes become special
+ids (see chat_prompt_ids).
+"""
+import re
+
+import jinja2
+
+from .sandbox import LimitedEnvironment, render_limited
 from .tokenizer import Tokenizer
+
+RENDER_SECONDS = 2.0           # a real template renders in milliseconds
+MAX_RENDER_CHARS = 1 << 16     # template text beyond 4x what the messages bring (real ones add ~100 B a turn)
+_SENTINEL = "\ue000{}\ue001"   # private-use characters standing in for message i's content
 
 # The BitNet b1.58 2B-4T template (bitnet-checkpoint.md §7): "System: ...<|eot_id|>User: ...<|eot_id|>Assistant: ".
 # It holds no BOS: the tokenizer's post-processor adds <|begin_of_text|>.
@@ -37,9 +48,8 @@ def _raise_exception(message):
     raise ChatTemplateError(f"the chat template rejected the conversation: {message}")
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+def _environment(max_chars: int) -> LimitedEnvironment:
+    env = LimitedEnvironment(max_chars, RENDER_SECONDS, trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     return env
 
@@ -62,16 +72,23 @@ def render_chat(messages, *, template: str | None = None, add_generation_prompt:
                 bos_token: str = "", eos_token: str = "") -> str:
     """Render the messages with `template` (default: the BitNet template) in a sandbox."""
     messages = check_messages(messages)
+    if template is not None and not isinstance(template, str):
+        raise ChatTemplateError(f"the chat template must be text, not {type(template).__name__}; convert the "
+                                "checkpoint again")
+    limit = MAX_RENDER_CHARS + 4 * sum(len(m["content"]) for m in messages)
+    variables = dict(messages=messages, add_generation_prompt=add_generation_prompt,
+                     bos_token=bos_token or "", eos_token=eos_token or "")
     try:
-        compiled = _environment().from_string(template or BITNET_CHAT_TEMPLATE)
-        return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               bos_token=bos_token or "", eos_token=eos_token or "")
+        return render_limited(_environment(limit), template or BITNET_CHAT_TEMPLATE, variables)
     except ChatTemplateError:
         raise
     except jinja2.exceptions.SecurityError as exc:
         raise ChatTemplateError(f"the chat template tried something the sandbox forbids: {exc}") from exc
     except jinja2.exceptions.TemplateError as exc:
         raise ChatTemplateError(f"the chat template cannot be rendered: {exc}") from exc
+    except (ValueError, ArithmeticError, TypeError, LookupError, AttributeError, RecursionError,
+            MemoryError) as exc:  # the template's own code failed (1/0, 'a' + 1, a limit of sandbox.py...)
+        raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
 
 
 def encode_rendered(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -89,9 +106,68 @@ def encode_rendered(tokenizer: Tokenizer, text: str) -> list[int]:
 
 def chat_prompt_ids(tokenizer: Tokenizer, messages, *, template: str | None = None,
                     add_generation_prompt: bool = True) -> list[int]:
-    text = render_chat(messages, template=template, add_generation_prompt=add_generation_prompt,
-                       bos_token=tokenizer.bos_token or "", eos_token=tokenizer.eos_token or "")
-    return encode_rendered(tokenizer, text)
+    """The prompt ids of a conversation: special ids only where the template writes special tokens.
+
+    When no message contains a special token's text (the usual case), the rendered text is tokenized as
+    a whole. Otherwise the template is rendered once more with a placeholder for each message's content,
+    which tells which special tokens the template wrote; the text between them (template text and
+    message contents together, as the tokenizer would split it) is tokenized with special tokens read
+    as plain text."""
+    messages = check_messages(messages)
+    kw = dict(template=template, add_generation_prompt=add_generation_prompt,
+              bos_token=tokenizer.bos_token or "", eos_token=tokenizer.eos_token or "")
+    text = render_chat(messages, **kw)
+    specials = tokenizer.special_strings()
+    if not any(s in m["content"] for m in messages for s in specials):
+        return encode_rendered(tokenizer, text)
+    pieces = _template_pieces(messages, text, kw)
+    marker = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
+    ids, run = [], []        # run: plain text since the last template marker
+    for piece, from_template in pieces:
+        if not from_template:
+            run.append(piece)
+            continue
+        at = 0
+        for m in marker.finditer(piece):
+            run.append(piece[at:m.start()])
+            ids += tokenizer.encode_plain("".join(run)) + [tokenizer.token_id(m.group())]
+            run, at = [], m.end()
+        run.append(piece[at:])
+    ids += tokenizer.encode_plain("".join(run))
+    ids = tokenizer.add_post_processing(ids)
+    bos = tokenizer.bos_id
+    if bos is not None and len(ids) >= 2 and ids[0] == bos and ids[1] == bos:
+        ids = ids[1:]
+    return ids
+
+
+def _template_pieces(messages: list[dict], text: str, kw: dict) -> list[tuple[str, bool]]:
+    """The rendered text as [(piece, written by the template?)]: render with placeholders, then find what
+    each message's content became (a template may trim or capitalize it) by rendering it alone."""
+    marks = [_SENTINEL.format(i) for i in range(len(messages))]
+    placeholders = [dict(m, content=marks[i]) for i, m in enumerate(messages)]
+    skeleton = render_chat(placeholders, **kw)
+    parts = re.split("(\ue000\\d+\ue001)", skeleton)
+    pieces = []
+    for part in parts:
+        if part in marks:
+            i = marks.index(part)
+            pieces.append((_rendered_content(messages, placeholders, skeleton, i, kw), False))
+        elif part:
+            pieces.append((part, True))
+    return pieces
+
+
+def _rendered_content(messages, placeholders, skeleton: str, i: int, kw: dict) -> str:
+    """Message i's content as the template writes it; its raw content when that cannot be told apart."""
+    mark = _SENTINEL.format(i)
+    if skeleton.count(mark) != 1:
+        return messages[i]["content"]
+    before, after = skeleton.split(mark)
+    alone = render_chat(placeholders[:i] + [messages[i]] + placeholders[i + 1:], **kw)
+    if alone.startswith(before) and alone.endswith(after) and len(alone) >= len(before) + len(after):
+        return alone[len(before):len(alone) - len(after)]
+    return messages[i]["content"]
 
 
 def trim_history(messages, count_tokens, context: int, max_new_tokens: int) -> tuple[list[dict], int]:

@@ -16,6 +16,19 @@ class TokenizerError(ValueError):
     """The checkpoint has no usable tokenizer."""
 
 
+def _rust_call(what: str, fn, *args, **kwargs):
+    """fn(*args) of the Rust tokenizer, with its panics (pyo3's PanicException is a BaseException, so it
+    would pass every `except Exception`) and errors turned into TokenizerError."""
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - PanicException and the plain Exceptions of tokenizers
+        raise TokenizerError(f"the model's tokenizer.json is broken: {what} failed ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again and convert "
+                             "it again.") from None
+
+
 def _token_content(value) -> str | None:
     """tokenizer_config stores special tokens as a string or as {"content": ...}."""
     if isinstance(value, dict):
@@ -29,10 +42,12 @@ class Tokenizer:
         if not tokenizer_json:
             raise TokenizerError("the model file has no tokenizer (tokenizer.json was missing at conversion); "
                                  "convert a checkpoint folder that contains tokenizer.json")
-        try:
-            self._tok = tokenizers.Tokenizer.from_str(tokenizer_json)
-        except Exception as exc:  # the Rust side raises a plain Exception for a malformed file
-            raise TokenizerError(f"cannot read the model's tokenizer.json: {exc}") from exc
+        if not isinstance(tokenizer_json, str):
+            raise TokenizerError("the model file's tokenizer is not text; convert the checkpoint again")
+        self._json = tokenizer_json
+        self._tok = _rust_call("reading it", tokenizers.Tokenizer.from_str, tokenizer_json)
+        self._plain = None      # a copy that reads special tokens as text (encode_plain), made when needed
+        self._specials = None
         cfg = tokenizer_config or {}
         self.bos_token = _token_content(cfg.get("bos_token"))
         self.eos_token = _token_content(cfg.get("eos_token"))
@@ -47,8 +62,14 @@ class Tokenizer:
         self.bos_id, self.eos_id = bos_id, eos_id
         # Llama-3 tokenizers add BOS in their TemplateProcessing post-processor; if this one does not
         # but its config asks for it (add_bos_token), add it here so both routes give the same ids.
-        probe = self._tok.encode("", add_special_tokens=True).ids
+        probe = _rust_call("encoding a test text", self._tok.encode, "", add_special_tokens=True).ids
         self._add_bos_by_hand = bool(cfg.get("add_bos_token")) and bos_id is not None and bos_id not in probe
+        # what the post-processor puts around a text (Llama-3: [<|begin_of_text|>] before, nothing after)
+        plain = _rust_call("encoding a test text", self._tok.encode, "a", add_special_tokens=False).ids
+        full = _rust_call("encoding a test text", self._tok.encode, "a", add_special_tokens=True).ids
+        k = next((k for k in range(len(full) - len(plain) + 1) if full[k:k + len(plain)] == plain), 0)
+        self._around = (full[:k], full[k + len(plain):])
+        _rust_call("decoding a test text", self._tok.decode, full)
 
     @classmethod
     def from_meta(cls, meta: dict) -> "Tokenizer":
@@ -62,24 +83,52 @@ class Tokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        ids = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
-        if add_special_tokens and self._add_bos_by_hand and (not ids or ids[0] != self.bos_id):
+        ids = _rust_call("encoding", self._tok.encode, text, add_special_tokens=add_special_tokens).ids
+        if add_special_tokens:
+            ids = self._with_bos(ids)
+        return ids
+
+    def _with_bos(self, ids: list[int]) -> list[int]:
+        if self._add_bos_by_hand and (not ids or ids[0] != self.bos_id):
             ids = [self.bos_id] + ids
         return ids
 
+    def encode_plain(self, text: str) -> list[int]:
+        """text -> ids with special tokens' text read as plain text ("<|eot_id|>" becomes ordinary
+        pieces, never the special id) and no post-processing (no BOS)."""
+        if not text:
+            return []
+        if self._plain is None:
+            plain = _rust_call("reading it", tokenizers.Tokenizer.from_str, self._json)
+            plain.encode_special_tokens = True
+            self._plain = plain
+        return _rust_call("encoding", self._plain.encode, text, add_special_tokens=False).ids
+
+    def add_post_processing(self, ids: list[int]) -> list[int]:
+        """ids of encode_plain pieces -> what encode(..., add_special_tokens=True) adds around a text."""
+        before, after = self._around
+        return self._with_bos(list(before) + list(ids) + list(after))
+
+    def special_strings(self) -> list[str]:
+        """The text of every special token (what a message must not be able to forge)."""
+        if self._specials is None:
+            self._specials = [c for c in self.special_tokens().values() if c]
+        return self._specials
+
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        return _rust_call("decoding", self._tok.decode, [int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def token_id(self, token: str) -> int | None:
         """Id of one token string (e.g. "<|eot_id|>"), or None if the vocabulary lacks it."""
-        return self._tok.token_to_id(token)
+        return _rust_call("looking up a token", self._tok.token_to_id, token)
 
     def special_tokens(self) -> dict[int, str]:
         """{id: content} of the added special tokens (<|begin_of_text|>, reserved ones, ...)."""
-        return {int(i): t.content for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        added = _rust_call("listing its special tokens", self._tok.get_added_tokens_decoder)
+        return {int(i): t.content for i, t in added.items() if t.special}
 
     def id_to_token(self, token_id: int) -> str | None:
-        return self._tok.id_to_token(int(token_id))
+        return _rust_call("looking up a token", self._tok.id_to_token, int(token_id))
 
     def detokenizer(self, skip_special_tokens: bool = True) -> "IncrementalDetokenizer":
         return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens)

@@ -1,0 +1,116 @@
+"""What an engine file's metadata must hold before anything in it is used (file.py calls these).
+
+check_table(meta, size, ...) -> layout   the tensor table: known dtypes, shapes of whole numbers, nbytes equal
+                                         to the shape's size, offsets aligned, after the metadata, in
+                                         bounds and not overlapping; the layout block (data start, file size,
+                                         chunk sums) consistent with the file
+check_meta(meta, where)                  the config (config_problem) and the keys the model layer reads
+config_problem(cfg) -> str | None        the hyper-parameters the engine runs on: positive whole numbers
+                                         (not booleans, not 1.5), a finite positive rope_theta and
+                                         rms_norm_eps, heads that divide evenly
+
+Every failure is an EngineFileError naming the file and saying "convert the checkpoint again"; the
+converter uses config_problem too, so a checkpoint with such values is refused before conversion.
+"""
+import math
+
+import numpy as np
+
+DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int32": np.int32, "float32": np.float32}
+INT_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "vocab_size", "max_position_embeddings")
+MAX_DIM = 1 << 24           # no dimension of a model this engine runs comes near 16 M
+MAX_CONTEXT = 1 << 20
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class EngineFileError(ValueError):
+    """A file that is not a (current, intact) engine file: the message says what to do."""
+
+
+def _fail(where: str, what: str):
+    raise EngineFileError(f"{where} {what}. Convert the checkpoint again.")
+
+
+def config_problem(cfg) -> str | None:
+    """None when cfg holds usable hyper-parameters, else what is wrong with them."""
+    if not isinstance(cfg, dict):
+        return "has no config object"
+    for key in INT_KEYS:
+        v = cfg.get(key)
+        if not _whole(v) or not 0 < v <= (MAX_CONTEXT if key == "max_position_embeddings" else MAX_DIM):
+            return f"has {key} = {v!r}, which is not a positive whole number in range"
+    for key in ("rope_theta", "rms_norm_eps"):
+        v = cfg.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            return f"has {key} = {v!r}, which is not a finite positive number"
+    h, g, hd, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["hidden_size"]
+    if h * hd != d or h % g or hd % 2:
+        return (f"has {h} heads x head_dim {hd} for hidden_size {d} with {g} KV heads (heads x head_dim must equal "
+                "hidden_size, the KV heads divide the heads, head_dim is even)")
+    return None
+
+
+def check_table(meta: dict, size: int, header_bytes: int, where: str, tensor_align: int, data_align: int) -> dict:
+    """The layout block, once the tensor table and the layout are seen to fit the `size`-byte file."""
+    layout, table = meta.get("layout"), meta.get("tensors")
+    if not isinstance(layout, dict) or not isinstance(table, dict):
+        _fail(where, "lacks its tensor table or layout")
+    start, end, chunk = layout.get("data_start"), layout.get("file_bytes"), layout.get("chunk_bytes")
+    sums = layout.get("chunk_sums")
+    if not all(_whole(v) for v in (start, end, chunk)) or not isinstance(sums, list) or \
+            not all(_whole(s) and 0 <= s < 1 << 64 for s in sums):
+        _fail(where, "has a malformed layout block")
+    if end != size:
+        _fail(where, f"is {size} bytes but was written as {end} (truncated, extended or damaged)")
+    if start < header_bytes or start % data_align or start > end or chunk <= 0 or chunk % 8 or \
+            len(sums) != -(-(end - start) // chunk):
+        _fail(where, "has an inconsistent layout block")
+    spans = []
+    for name, e in table.items():
+        if not isinstance(e, dict):
+            _fail(where, f"has a malformed entry for tensor {name!r}")
+        dtype, shape, offset, nbytes = e.get("dtype"), e.get("shape"), e.get("offset"), e.get("nbytes")
+        if dtype not in DTYPES or not isinstance(shape, list) or not all(_whole(d) and 0 <= d <= 1 << 40 for d in shape) \
+                or not _whole(offset) or not _whole(nbytes):
+            _fail(where, f"has a malformed entry for tensor {name!r}")
+        if nbytes != math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize:
+            _fail(where, f"gives tensor {name!r} {nbytes} bytes for shape {shape} of {dtype}")
+        if offset % tensor_align or offset < start or offset + nbytes > end:
+            _fail(where, f"places tensor {name!r} at [{offset}, {offset + nbytes}), outside the aligned data "
+                         f"region [{start}, {end})")
+        spans.append((offset, offset + nbytes, name))
+    spans.sort()
+    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            _fail(where, f"has overlapping tensors {n0!r} and {n1!r}")
+    return layout
+
+
+def check_meta(meta: dict, where: str) -> None:
+    """The config and the metadata the model layer reads (ids in range, text where text is expected)."""
+    problem = config_problem(meta.get("config"))
+    if problem:
+        _fail(where, problem)
+    V = meta["config"]["vocab_size"]
+    stops = meta.get("stop_ids", [])
+    if not isinstance(stops, list) or not all(_whole(i) and 0 <= i < V for i in stops):
+        _fail(where, f"has stop_ids {str(stops)[:80]} outside the vocabulary of {V}")
+    for key in ("bos_id", "mask_id"):
+        v = meta.get(key)
+        if v is not None and not (_whole(v) and 0 <= v < V):
+            _fail(where, f"has {key} {v!r} outside the vocabulary of {V}")
+    for key in ("tokenizer_json", "chat_template"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            _fail(where, f"has a {key} that is not text")
+    for key in ("tokenizer_config", "generation_config", "diffusion", "source"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            _fail(where, f"has a {key} that is not an object")
+    d = meta.get("diffusion") or {}
+    if d.get("block_size") is not None and not (_whole(d["block_size"]) and 0 < d["block_size"] <= MAX_CONTEXT):
+        _fail(where, f"has a diffusion block_size {d['block_size']!r} that is not a positive whole number")
+    if d.get("attention") not in (None, "block", "causal"):
+        _fail(where, f"has a diffusion attention {d['attention']!r} (block or causal)")

@@ -1,0 +1,264 @@
+"""Faults (issue 12): damaged engine files are refused with a clear message and a damaged cache file is
+rebuilt; a killed conversion leaves nothing for long; a disk that fills up mid-write leaves nothing.
+
+Real conversions of small generated checkpoints, real child processes killed with SIGKILL.
+"""
+import json
+import os
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from bitnet_app import source
+from bitnet_app.checkpoint.convert import convert_checkpoint
+from bitnet_app.checkpoint.config import ConvertError
+from bitnet_app.engine import file as engine_file
+from bitnet_app.engine.cache import converted_path
+from bitnet_app.engine.file import EngineFile, EngineFileError, remove_stale_partials
+from bitnet_app.model import Model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    import checkpoints
+    folder = str(tmp_path_factory.mktemp("faults") / "ck")
+    checkpoints.make_hf_checkpoint(folder, seed=3)
+    return folder
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    return str(tmp_path / "engines")
+
+
+# ---- helpers that damage a file ----------------------------------------------------------------------
+def _split(path):
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    _, _, meta_len, _ = engine_file._HEADER.unpack_from(data)
+    meta = json.loads(bytes(data[engine_file._HEADER.size:engine_file._HEADER.size + meta_len]))
+    return data, meta
+
+
+def rewrite_meta(path, edit):
+    """Apply edit(meta) and write the metadata back with a valid digest (damage a checksum cannot see)."""
+    data, meta = _split(path)
+    edit(meta)
+    start = meta["layout"]["data_start"]
+    blob = json.dumps(meta).encode()
+    blob += b" " * (start - engine_file._HEADER.size - len(blob))
+    assert len(blob) == start - engine_file._HEADER.size, "edited metadata no longer fits"
+    prefix = engine_file._PREFIX.pack(engine_file.MAGIC, engine_file.FORMAT_VERSION, len(blob))
+    head = engine_file._HEADER.pack(engine_file.MAGIC, engine_file.FORMAT_VERSION, len(blob),
+                                    engine_file._digest(prefix, blob))
+    data[:start] = head + blob
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def zero_tail(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(size - min(8192, size // 4))
+        f.write(bytes(min(8192, size // 4)))
+
+
+def flip_data_bit(path):
+    data, meta = _split(path)
+    e = meta["tensors"]["layers.0.qkv.codes"]
+    pos = e["offset"] + e["nbytes"] // 2
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ 0x10]))
+
+
+def flip_meta_bit(path):
+    with open(path, "r+b") as f:
+        f.seek(engine_file._HEADER.size + 40)
+        b = f.read(1)[0]
+        f.seek(engine_file._HEADER.size + 40)
+        f.write(bytes([b ^ 0x01]))
+
+
+def old_format(path):
+    with open(path, "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<I", 1))
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 100)
+
+
+def _first_two(meta):
+    return [meta["tensors"][n] for n in ("layers.0.attn_norm", "layers.0.attn_sub_norm")]
+
+
+DAMAGE = {
+    "zero-filled tail (same size)": (zero_tail, "does not match its checksum"),
+    "flipped data bit": (flip_data_bit, "does not match its checksum"),
+    "flipped metadata bit": (flip_meta_bit, "checksum of its header and metadata"),
+    "old format": (old_format, "has engine format 1, this version reads 2"),
+    "truncated": (truncate, "truncated"),
+    "config key missing (was KeyError)": (lambda p: rewrite_meta(p, lambda m: m.pop("config")), "no config"),
+    "config not a dict (was TypeError)": (lambda p: rewrite_meta(p, lambda m: m.update(config=[1])), "no config"),
+    "tensors not a dict": (lambda p: rewrite_meta(p, lambda m: m.update(tensors=7)), "tensor table"),
+    "negative offset": (lambda p: rewrite_meta(p, lambda m: _first_two(m)[0].update(offset=-64)),
+                        "outside the aligned data region"),
+    "offset into the metadata": (lambda p: rewrite_meta(p, lambda m: _first_two(m)[0].update(offset=64)),
+                                 "outside the aligned data region"),
+    "unaligned offset": (lambda p: rewrite_meta(p, lambda m: _first_two(m)[0].update(
+        offset=_first_two(m)[0]["offset"] + 4)), "outside the aligned data region"),
+    "overlapping tensors": (lambda p: rewrite_meta(p, lambda m: _first_two(m)[1].update(
+        offset=_first_two(m)[0]["offset"])), "overlapping tensors"),
+    "nbytes not matching the shape": (lambda p: rewrite_meta(p, lambda m: _first_two(m)[0].update(nbytes=4)),
+                                      "bytes for shape"),
+    "fractional layer count": (lambda p: rewrite_meta(p, lambda m: m["config"].update(num_hidden_layers=1.5)),
+                               "num_hidden_layers"),
+    "NaN rope_theta": (lambda p: rewrite_meta(p, lambda m: m["config"].update(rope_theta=float("nan"))),
+                       "rope_theta"),
+    "zero rms_norm_eps": (lambda p: rewrite_meta(p, lambda m: m["config"].update(rms_norm_eps=0)), "rms_norm_eps"),
+    "stop id out of range": (lambda p: rewrite_meta(p, lambda m: m.update(stop_ids=[10 ** 9])), "stop_ids"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGE))
+def test_a_damaged_engine_file_is_refused_with_a_clear_message(ckpt, tmp_path, name):
+    damage, message = DAMAGE[name]
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"))
+    EngineFile(path)
+    damage(path)
+    with pytest.raises(EngineFileError, match=message) as info:
+        Model.open(path)
+    assert "onvert the checkpoint again" in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGE))
+def test_a_damaged_cache_file_is_rebuilt(ckpt, cache, name):
+    first = source.prepare(ckpt)
+    assert first.work == [source.CONVERTED]
+    good = Model.open(first.path).logits([1, 2, 3])
+    DAMAGE[name][0](first.path)
+    again = source.prepare(ckpt)
+    assert again.path == first.path and again.work == [source.CONVERTED]     # rebuilt, not reused
+    np.testing.assert_array_equal(Model.open(again.path).logits([1, 2, 3]), good)
+    assert source.prepare(ckpt).work == []                                   # and then reused
+
+
+def test_a_large_file_verifies_a_sample_and_full_verification_finds_any_flip(ckpt, tmp_path, monkeypatch):
+    """Past FULL_VERIFY_BYTES only the first, last and two random chunks are summed at each open, so a flip
+    in the middle may pass a normal open; verify="full" finds it."""
+    monkeypatch.setattr(engine_file, "CHUNK_BYTES", 4096)
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"))
+    monkeypatch.setattr(engine_file, "FULL_VERIFY_BYTES", 0)
+    flip_data_bit(path)
+    with pytest.raises(EngineFileError, match="does not match its checksum"):
+        EngineFile(path, verify="full")
+    zero_tail(path)
+    with pytest.raises(EngineFileError, match="does not match its checksum"):
+        EngineFile(path)                      # the last chunk is always checked
+
+
+# ---- killed conversions ------------------------------------------------------------------------------
+def _partials(folder):
+    return [n for n in os.listdir(folder) if n.startswith(".partial-")]
+
+
+def test_stale_partial_files_are_removed_but_not_a_live_writers(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = {f".partial-{dead.pid}-abc.bitnet": True, f".partial-{live.pid}-abc.bitnet": False,
+                 ".partial-oldstyle.bitnet": True, f".partial-{live.pid}-old.bitnet": True}
+        for n in names:
+            (tmp_path / n).write_bytes(b"x" * 100)
+        old = time.time() - engine_file.STALE_PARTIAL_SECONDS - 10
+        for n in (".partial-oldstyle.bitnet", f".partial-{live.pid}-old.bitnet"):
+            os.utime(tmp_path / n, (old, old))
+        (tmp_path / "other.bitnet").write_bytes(b"kept")
+        removed = {os.path.basename(p) for p in remove_stale_partials(str(tmp_path))}
+        assert removed == {n for n, stale in names.items() if stale}
+        assert sorted(os.listdir(tmp_path)) == sorted([f".partial-{live.pid}-abc.bitnet", "other.bitnet"])
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_conversion_killed_at_any_point_leaves_no_orphan_after_the_next_start(tmp_path, monkeypatch):
+    import checkpoints
+    src = str(tmp_path / "big")
+    checkpoints.make_hf_checkpoint(src, hidden_size=256, intermediate_size=512, num_hidden_layers=6, seed=1)
+    cache = tmp_path / "engines"
+    monkeypatch.setenv("BITNET_APP_CACHE", str(cache))
+    out = converted_path(src)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    killed_with_partial = 0
+    for delay in (0.0, 0.3, 0.6, 1.0, 1.5, 2.5):
+        if os.path.exists(out):
+            os.unlink(out)
+        child = subprocess.Popen([sys.executable, "-m", "bitnet_app", "convert", src, "--out", out],
+                                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and child.poll() is None:  # wait for the temporary file, then more
+            if os.path.isdir(cache / "converted") and _partials(cache / "converted"):
+                break
+            time.sleep(0.005)
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        folder = cache / "converted"
+        killed_with_partial += bool(folder.is_dir() and _partials(folder))
+        if os.path.exists(out):
+            EngineFile(out)                  # never half-written under the final name
+        prepared = source.prepare(src)       # the next start: removes the orphan, converts if needed
+        assert _partials(folder) == [] and prepared.path == out
+        EngineFile(out)
+    assert killed_with_partial >= 1          # at least one kill landed while the temporary file existed
+
+
+def _convert_with_file_size_limit(src, out, limit):
+    """Child process: convert with RLIMIT_FSIZE (writes past `limit` bytes fail as on a full disk)."""
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+            "from bitnet_app.__main__ import main\n"
+            f"sys.exit(main(['convert', {src!r}, '--out', {out!r}]))\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_disk_that_fills_up_mid_write_gives_one_line_and_leaves_nothing(ckpt, tmp_path):
+    out = tmp_path / "out" / "m.bitnet"
+    r = _convert_with_file_size_limit(ckpt, str(out), 64 << 10)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: cannot write") and "disk space" in lines[-1]
+    assert len([ln for ln in lines if ln.startswith("error")]) == 1 and "Traceback" not in r.stderr
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_convert_refuses_to_overwrite_its_own_input(ckpt, tmp_path):
+    import shutil
+    src = str(tmp_path / "ck")
+    shutil.copytree(ckpt, src)
+    before = {n: os.path.getsize(os.path.join(src, n)) for n in os.listdir(src)}
+    for target in ("model.safetensors", "config.json", "tokenizer.json"):
+        r = subprocess.run([sys.executable, "-m", "bitnet_app", "convert", src, "--out", os.path.join(src, target)],
+                           cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True)
+        assert r.returncode == 2 and "is one of the checkpoint's own files" in r.stderr, r.stderr
+    assert {n: os.path.getsize(os.path.join(src, n)) for n in os.listdir(src)} == before
+    with pytest.raises(ConvertError, match="own files"):
+        convert_checkpoint(src, os.path.join(src, ".", "model.safetensors"))
