@@ -465,9 +465,12 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         _set_number(page, "Max new tokens", 64)
         page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
         expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
+        compare_box = page.get_by_placeholder("A prompt to run both ways…")
         agree = ""
         for prompt in demo["skills"][:8] or ["HAMLET.\nTo be, or not to be, that is the question:"]:
-            _send(page, prompt)
+            expect(compare_box).to_be_enabled(timeout=60_000)  # the view switch (or the last run) is over
+            compare_box.fill(prompt)
+            compare_box.press("Enter")
             page.wait_for_function("p => document.body.innerText.includes('Prompt: ' + p.split('\\n')[0]) && "
                                    "document.body.innerText.includes('Do the texts agree?')", arg=prompt,
                                    timeout=180_000)
