@@ -22,10 +22,10 @@ def demo_description() -> str:
     current demo model) or on Shakespeare alone (the first one), so the sentence holds for the one shipped."""
     skills = any(kind == "skill" for _, kind in suggestions.for_folder(demo_model_dir()))
     if skills:
-        return ("A tiny chat model that ships with the app and runs offline, trained here for both decode modes on "
-                "short skills (counting, times tables, the alphabet, spelling…) and on Shakespeare. It is sure of "
-                "itself on the skills, where block diffusion fills several slots per forward; its Shakespeare is "
-                "style, not sense.")
+        return ("A tiny chat model that ships with the app and runs offline, trained here (briefly) for both decode "
+                "modes on short skills (counting, times tables, the alphabet, spelling…) and on Shakespeare. Expect "
+                "answers in the right form, not always right; on counts and tables block diffusion fills more than "
+                "one slot per forward.")
     return ("A tiny model trained on Shakespeare that ships with the app and runs offline: it continues the text "
             "you give it (expect style, not sense) and was trained for block diffusion.")
 

@@ -81,10 +81,10 @@ def button_label(prompt: str, limit: int = 70) -> str:
 
 
 NOTES = {  # what the skill prompts show, per view
-    "chat": "This model is sure of itself on skills like these: ask one in **Block diffusion** mode and watch "
-            "several slots of a block fill in a single step.",
-    "compare": "On skills like these, block diffusion settles several tokens per forward and writes the same text "
-               "as autoregressive decoding.",
+    "chat": "This model is surest on skills like these: ask one in **Block diffusion** mode and watch a step fill "
+            "more than one slot of a block.",
+    "compare": "On skills like these, block diffusion settles more than one token per forward; the summary says "
+               "whether the two texts agree.",
 }
 OPEN_NOTE = " The book marks free text, where it is unsure and settles about one token per step."
 OPENINGS_NOTE = "This model continues the text it is given: try an opening from a play it never saw."
