@@ -67,6 +67,39 @@ def test_sampled_decoding_equals_reference(dlm, attention):
     assert events[-1].ids == ids and fills_of(events) == fills
 
 
+@pytest.mark.parametrize("attention", ["block", "causal"])
+def test_a_budget_ending_inside_a_block_cuts_a_longer_reply(dlm, attention):
+    """Every block has B whole slots: under block attention every slot sees the whole block, so a block cut
+    to the budget would change its logits. A reply whose budget ends mid-block is the start of a longer one,
+    with the same steps so far."""
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(5, seed=14)  # the first block holds 11 reply slots, the next ones 16
+    kw = dict(block_size=B, sub_block_size=S, threshold=0.3, attention=attention)
+    long = run_engine(eng, prompt, mask, max_new_tokens=43, **kw)
+    assert all(len(e.block) == B for e in long if isinstance(e, Step))
+    for budget in (1, 3, 9, 14, 20, 30):  # each ends inside a block, or in its first sub-block
+        short = run_engine(eng, prompt, mask, max_new_tokens=budget, **kw)
+        assert short[-1].ids == long[-1].ids[:budget] and short[-1].stop_reason == "length"
+        steps = [e for e in short if isinstance(e, Step)]
+        assert all(len(e.block) == B for e in steps)
+        assert fills_of(short) == fills_of(long)[:len(steps)]
+
+
+@pytest.mark.parametrize("attention", ["block", "causal"])
+def test_only_the_context_end_cuts_a_block(dlm, attention):
+    ef, ref, eng, mask = dlm
+    ctx = 2 * B + 6
+    short_ctx = Engine(ef, lm_head="exact", threads=2, ctx=ctx)
+    prompt = prompt_of(5, seed=15)
+    kw = dict(max_new_tokens=100, block_size=B, sub_block_size=S, threshold=0.3, attention=attention)
+    events = run_engine(short_ctx, prompt, mask, **kw)
+    ids, fills, reason = reference_diffusion(ref, prompt, sampler=Sampler(banned_ids=[mask]), stop_ids=[],
+                                             mask_id=mask, ctx=ctx, **kw)
+    assert (events[-1].ids, fills_of(events), events[-1].stop_reason) == (ids, fills, reason)
+    assert len(ids) == ctx - len(prompt) and reason == "context"
+    assert {len(e.block) for e in events if isinstance(e, Step)} == {B, 6}
+
+
 def test_stop_token_inside_a_block_ends_the_reply(dlm):
     ef, ref, eng, mask = dlm
     prompt = prompt_of(7, seed=4)

@@ -7,13 +7,19 @@
 
 The sequence is cut into blocks of B slots aligned to absolute positions 0, B, 2B, ... A block holds
 what is already known (the prompt's tail, or the token predicted by the previous block) followed by
-MASK slots. Sub-blocks of S slots are decoded left to right; each step is one uncommitted forward of
-the whole block against the cache (token shift: the logits of slot j-1 predict slot j), then every
-masked slot of the sub-block whose confidence (probability of the sampled token) exceeds the threshold
-is filled, and always at least one: the most confident (block attention) or the leftmost (causal
-attention, which makes the result equal greedy AR when nothing else passes the threshold). A finished
-block is run once more and COMMITTED, so no K/V computed from MASK inputs stays in the cache; the last
-row of that pass predicts the next block's first slot.
+MASK slots up to B: a block is always B whole slots, also when the reply's budget ends inside it (the
+model was trained on whole blocks; under block attention every slot sees the whole block, so a shorter
+block would change every logit in it). Only the context end may cut a block. The reply is cut to
+max_new_tokens as its slots resolve, and decoding stops there: the tokens before the cut are exactly
+those of a longer reply. Sub-blocks of S slots are decoded left to right; each step is one uncommitted
+forward of the block against the cache (token shift: the logits of slot j-1 predict slot j), then
+every masked slot of the sub-block whose confidence (probability of the sampled token) exceeds the
+threshold is filled, plus one floor slot, so that each step fills at least one:
+  - block attention: the most confident masked slot of the sub-block (Fast-dLLM v2's rule);
+  - causal attention: the leftmost masked slot. Its logits see exactly the resolved prefix, so its
+    prediction is the AR prediction; threshold 1.0 with causal attention is therefore greedy AR.
+A finished block is run once more and COMMITTED, so no K/V computed from MASK inputs stays in the
+cache; the last row of that pass predicts the next block's first slot.
 
 Shapes: engine.forward(block, rows=R) -> (len(R), V) float32; sampler((R, V)) -> tokens (R,), probs (R,).
 DualCache (optional, off by default): inside a sub-block, after its first full-block step, re-run only
@@ -169,9 +175,11 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
         block_start, known, prompt_slots = run.first_block()
         run.busy += clock() - t
         while not reply.done:
-            # the block: known ids, then masks up to B (fewer at the end of the budget or the context)
+            # the block: known ids, then masks up to B whole slots, also when the budget ends inside it
+            # (the model only ever saw whole blocks; the reply is cut to the budget as it resolves).
+            # Only the context end may cut a block.
             t = clock()
-            room = min(B, engine.ctx - block_start, len(prompt) + budget - block_start)
+            room = min(B, engine.ctx - block_start)
             block = known + [mask] * max(room - len(known), 0)
             emitted, events = run.resolve_prefix(block, prompt_slots)  # a predicted first slot is final already
             run.busy += clock() - t
