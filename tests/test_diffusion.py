@@ -197,6 +197,9 @@ def test_mask_is_never_predicted_and_stats_are_complete(dlm):
     assert mask not in done.ids
     for key in ("tokens", "forwards", "tokens_per_forward", "tok_s", "ttft_s", "steps"):
         assert key in done.stats
+    st = done.stats  # where the time went: steps (their forwards inside), other forwards, the rest
+    assert 0 < st["step_engine_s"] < st["step_s"] < st["total_s"] and st["step_engine_s"] < st["engine_s"]
+    assert st["engine_s"] - st["step_engine_s"] + st["step_s"] <= st["total_s"]
     assert done.stats["tokens"] == 20 and done.stats["forwards"] == sum(isinstance(e, Step) for e in events) + \
         (done.stats["forwards"] - done.stats["steps"])
 
@@ -216,3 +219,25 @@ def test_model_without_a_mask_token_still_runs_diffusion(tmp_path):
     ar = model.complete(ids, max_new_tokens=20)
     diff = model.complete(ids, mode="diffusion", max_new_tokens=20, threshold=1.0, dual_cache=True)
     assert diff == ar
+
+
+def test_benchmark_reports_both_prompt_sets(dlm, tmp_path, capsys):
+    """benchmarks/diffusion_vs_ar.py end to end on a small model: prompts rendered with the chat template,
+    skills and open reported separately, the step cost beside tokens per step."""
+    from benchmarks import diffusion_vs_ar
+
+    ef, ref, eng, mask = dlm
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text('{"skills": ["Count from 1 to 9", "Spell cat"], "open": ["ROMEO."]}')
+    out = tmp_path / "out.json"
+    diffusion_vs_ar.main(["--model", ef.path, "--prompts-file", str(prompts), "--max-new-tokens", "20",
+                          "--repeats", "2", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "skills: 2 prompts" in printed and "open: 1 prompts" in printed and "step / AR token" in printed
+    import json
+    res = json.loads(out.read_text())["results"]
+    for name in ("skills", "open"):
+        default, dual = res[name]["rows"]
+        assert "app default" in default["setting"] and "DualCache" in dual["setting"]
+        assert default["tokens_per_step"] >= 1.0 and 0 <= dual["same_as_exact"] <= 1
+        assert default["step_ms"] > default["step_forward_ms"] > 0 and default["ar_token_ms"] > 0
