@@ -258,3 +258,13 @@ def test_diffusion_mode_dispatches_with_a_stand_in_mask_on_an_untrained_checkpoi
     assert {"tokens", "forwards", "tokens_per_forward", "tok_s", "ttft_s"} <= set(events[-1].stats)
     with pytest.raises(ValueError, match="mode"):
         model.generate(ids, mode="beam")
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(repetition_penalty=1.3), dict(temperature=0.8, top_p=0.9, seed=4)])
+def test_sampler_token_is_the_id_of_a_full_call(settings):
+    """AR asks only for the id (greedy then skips the probability): the same id, and the same random draws."""
+    logits = np.random.default_rng(7).standard_normal((12, 300)).astype(np.float32) * 4
+    context = [5, 9, int(np.argmax(logits[0]))]
+    full, alone = Sampler(banned_ids=[2], **settings), Sampler(banned_ids=[2], **settings)
+    for row in logits:
+        assert alone.token(row, context) == full(row, context)[0]

@@ -4,7 +4,7 @@
                           max_new_tokens=64, detokenizer=tok.detokenizer()):
         ...  # Token(id, text) per token, then Done(stats, stop_reason, text, ids)
 
-Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; the sampler takes (V,).
+Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; sampler.token takes (V,).
 
 Timing: time.perf_counter() around the work done inside the generator (forwards, sampling,
 detokenizing), never across a `yield`, so a slow consumer does not change the figures.
@@ -66,7 +66,7 @@ def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int
 
     while True:
         t = clock()
-        token, _prob = sampler(logits, context)
+        token = sampler.token(logits, context)
         if token in stop_set:
             busy += clock() - t
             stop_reason = STOP_TOKEN

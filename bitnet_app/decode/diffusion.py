@@ -22,11 +22,12 @@ A finished block is run once more and COMMITTED, so no K/V computed from MASK in
 cache; the last row of that pass predicts the next block's first slot.
 
 Shapes: engine.forward(block, rows=R) -> (len(R), V) float32; sampler((R, V)) -> tokens (R,), probs (R,).
-Queries (see _Run.query_span): causal attention runs only the slots up to the sub-block's end (exact).
-DualCache (optional, off by default): inside a sub-block, after its first step, re-run only the
-sub-block's slots (and the one before it, whose row predicts the first) against the block's scratch K/V
-(engine kv_end); exact for causal attention, an approximation for block attention (the other slots' K/V
-are from the sub-block's first step).
+Queries (see _Run.query_span): causal attention runs only the slots up to the sub-block's end, and
+after a sub-block's first step only the sub-block (exact: no slot sees a later one). Block attention
+runs the whole block every step (exact), unless DualCache (dual_cache=True) asks to re-run only the
+sub-block's slots (and the one before it, whose row predicts the first) after the sub-block's first
+step, against the block's scratch K/V (engine kv_end): an approximation, since the other slots' K/V
+are from the sub-block's first step.
 """
 import time
 
@@ -120,20 +121,21 @@ class _Run:
         return n_full, tail, len(tail)
 
     def query_span(self, lo: int, hi: int, n: int, first_step: bool) -> tuple[int, int, int | None]:
-        """(q0, q1, kv_end offset or None): the block slots [q0, q1) to run as queries for a step on the
+        """(q0, q1, kv_end or None): the block slots [q0, q1) to run as queries for a step on the
         sub-block [lo, hi) of an n-slot block, and how far into the block the keys reach.
 
-        The step needs the logits of rows lo-1 .. hi-2 (token shift). Causal attention: no row sees a
-        later slot, so the slots from hi-1 on are left out (exact). Block attention: every slot sees the
-        whole block, so all n slots run (exact), except under DualCache after the sub-block's first step:
-        then only slots lo-1 .. hi-1 run, against the block's scratch K/V of the other slots (kv_end = n;
-        an approximation: those K/V are from the last full-block step). Causal DualCache likewise reruns
-        only lo-1 .. hi-2 against the scratch K/V of the earlier slots, which is exact."""
-        dual = self.dual_cache and not first_step
-        q0 = max(lo - 1, 0) if dual else 0
+        The step needs the logits of rows lo-1 .. hi-2 (token shift).
+        Causal attention (exact): no row sees a later slot, so slots from hi-1 on are left out, and after
+        the sub-block's first step only lo-1 .. hi-2 run, against the scratch K/V that step wrote for the
+        earlier slots (final ids: every earlier sub-block was complete).
+        Block attention: every slot sees the whole block, so all n slots run (exact); under DualCache,
+        after the sub-block's first step, only lo-1 .. hi-1 run, against the scratch K/V of the other
+        slots (kv_end = n): an approximation, since those K/V are from the sub-block's first step."""
+        rerun = not first_step and (self.causal or self.dual_cache)
+        q0 = max(lo - 1, 0) if rerun else 0
         if self.causal:
             return q0, hi - 1, None
-        return (q0, hi, n) if dual else (0, n, None)
+        return (q0, hi, n) if rerun else (0, n, None)
 
     def step(self, block, block_start, lo, hi, first_step) -> list[int]:
         """One denoising forward for the sub-block [lo, hi); fills slots in place, returns which."""

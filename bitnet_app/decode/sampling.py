@@ -85,6 +85,7 @@ class Sampler:
         s = Sampler(temperature=0.7, top_p=0.9, seed=1, banned_ids=[mask_id])
         tok, prob = s(logits_v, context_ids)          # (V,) -> int, float
         toks, probs = s(logits_rv, context_ids)       # (R, V) -> (R,) int64, (R,) float64
+        tok = s.token(logits_v, context_ids)          # (V,) -> int, the same id without its probability
     """
 
     def __init__(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
@@ -136,6 +137,16 @@ class Sampler:
         if x.ndim == 1:
             return int(tokens[0]), float(probs[0])
         return tokens, probs
+
+    def token(self, logits: np.ndarray, context_ids=None) -> int:
+        """The id alone, for one position (V,): what AR needs. Greedy skips the probability (an exp over
+        the whole vocabulary per token); otherwise the same draw as __call__."""
+        if not self.greedy:
+            return self(logits, context_ids)[0]
+        x = ban_ids(logits, self.banned_ids)
+        if self.repetition_penalty != 1.0:
+            x = repetition_penalty(x, context_ids, self.repetition_penalty)
+        return int(np.argmax(x))
 
     def _draw(self, z: np.ndarray) -> tuple[int, float]:
         """One draw from (V,) float64 tempered logits: top-k, then top-p, then inverse CDF in id order
