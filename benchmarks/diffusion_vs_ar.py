@@ -22,7 +22,8 @@ Then the product figure, per setting: ms of one denoising step as the app runs i
 bookkeeping, events; not the prefill or the block commits) divided by ms of one AR token (prefill not
 counted), beside tokens per step; and the break-even: all of diffusion's time per step (prefill and
 commits included) over all of AR's time per token, the tokens per step at which diffusion's tokens/s
-equals AR's on this machine.
+equals AR's on this machine. Last, single steps timed alone (fastest of max(repeats, 20)), steadier than
+whole replies on a busy machine: an AR token, an exact step, a DualCache step (--steps-only: just these).
 """
 import argparse
 import json
@@ -105,6 +106,51 @@ def run_set(model, texts, repeats: int, common: dict, dual_default: bool, attent
     return {"rows": rows, "sample": sample, "ar_tokens": sum(d.stats["tokens"] for d in ar)}
 
 
+def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> dict:
+    """ms (the fastest of `repeats`; robust on a shared machine) of the pieces the decoders run, at a
+    given context length: one AR token (a 1-row forward + Sampler.token), one exact block-diffusion step
+    (all B slots as queries, logits of one sub-block's S rows, greedy sampling over them), one DualCache
+    step (S + 1 query slots against the block's scratch K/V); each with its forward alone."""
+    import time
+
+    import numpy as np
+
+    from bitnet_app.decode.sampling import Sampler
+
+    B, S, attention, mask = knobs["block_size"], knobs["sub_block_size"], knobs["attention"], knobs["mask_id"]
+    eng, sampler = model.engine, Sampler(banned_ids=[mask])
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, min(model.vocab_size, 1000), position + B)]
+    eng.reset()
+    eng.forward(ids[:position])
+    block = ids[position:position + 1] + [mask] * (B - 1)
+    rows = list(range(S - 1))  # the masked slots 1 .. S-1 of the first sub-block, by token shift
+    fw = dict(attention=attention, block_size=B, commit=False)
+    pieces = {
+        "ar": lambda: eng.forward(ids[position:position + 1], start=position, commit=False),
+        "exact": lambda: eng.forward(block, start=position, rows=rows, **fw),
+        "dual": lambda: eng.forward(block[S - 1:2 * S], start=position + S - 1, kv_end=position + B,
+                                    rows=range(S), **fw),  # the second sub-block's slots S-1 .. 2S-1
+    }
+    samplers = {"ar": sampler.token, "exact": sampler, "dual": sampler}
+    out = {}
+    for name, forward in pieces.items():
+        forward()  # warm-up (and the scratch K/V the DualCache step reads)
+        alone, whole = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            logits = forward()
+            t1 = time.perf_counter()
+            samplers[name](logits[0] if name == "ar" else logits)
+            t2 = time.perf_counter()
+            alone.append(t1 - t0)
+            whole.append(t2 - t0)
+        out[name] = {"forward_ms": 1e3 * min(alone), "with_sampling_ms": 1e3 * min(whole)}
+    eng.reset()
+    for name in ("exact", "dual"):
+        out[name]["over_ar"] = out[name]["with_sampling_ms"] / out["ar"]["with_sampling_ms"]
+    return out
+
+
 def print_report(header: str, results: dict) -> None:
     print(header)
     for set_name, res in results.items():
@@ -126,6 +172,15 @@ def print_report(header: str, results: dict) -> None:
         print(f"\nsample: {s['prompt']!r}\n  AR:        {s['ar']!r}\n  diffusion: {s['diffusion']!r}")
 
 
+def print_single_steps(costs: dict, knobs: dict) -> None:
+    B, S = knobs["block_size"], knobs["sub_block_size"]
+    print(f"\nsingle steps at position 128 (fastest of the runs, ms; forward alone / with greedy sampling):")
+    print(f"  AR token (1 row):                        {costs['ar']['forward_ms']:.3f} / {costs['ar']['with_sampling_ms']:.3f}")
+    for name, what in (("exact", f"{B} query slots, {S - 1} logit rows"), ("dual", f"DualCache, {S + 1} query slots, {S} logit rows")):
+        c = costs[name]
+        print(f"  diffusion step ({what}): {c['forward_ms']:.3f} / {c['with_sampling_ms']:.3f} = {c['over_ar']:.2f}x an AR token")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="demo", help="engine file, checkpoint folder, or 'demo' (the bundled model)")
@@ -136,6 +191,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lm-head", default="int8", choices=("int8", "exact"))
     ap.add_argument("--attention", choices=("block", "causal"), help="default: the checkpoint's")
+    ap.add_argument("--steps-only", action="store_true", help="only the single-step costs (no replies)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
 
@@ -152,18 +208,20 @@ def main(argv=None):
     max_new = common.get("max_new_tokens", KNOBS["max_new_tokens"].default)
     fastest(model, model.chat_ids([{"role": "user", "content": "Hello"}]), 1, mode="diffusion", **common)  # warm-up
 
-    results = {name: run_set(model, texts, args.repeats, common, dual_default, args.attention)
-               for name, texts in sets.items()}
+    costs = single_step_costs(model, knobs, repeats=max(args.repeats, 20))
+    results = {} if args.steps_only else {name: run_set(model, texts, args.repeats, common, dual_default, args.attention)
+                                          for name, texts in sets.items()}
     info = model.info()
     header = (f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, context {info['context']}, "
               f"{info['isa']}, {info['threads']} threads, {args.lm_head} head; greedy, block {knobs['block_size']}, "
               f"sub-block {knobs['sub_block_size']}, threshold {knobs['threshold']}, attention {knobs['attention']}, "
-              f"DualCache {'on' if dual_default else 'off'} by default, max {max_new} new tokens; "
-              f"fastest of {args.repeats} runs per reply")
+              f"DualCache {'on' if dual_default else 'off'} by default, max {max_new} new tokens")
+    header += "" if args.steps_only else f"; fastest of {args.repeats} runs per reply"
     print_report(header, results)
+    print_single_steps(costs, knobs)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"header": header, "knobs": knobs, "results": results}, f, indent=1)
+            json.dump({"header": header, "knobs": knobs, "results": results, "single_steps": costs}, f, indent=1)
 
 
 if __name__ == "__main__":
