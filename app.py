@@ -1,15 +1,19 @@
 """BitNet chat: `streamlit run app.py`. The page only draws; bitnet_app does the work."""
+import os
+
 import streamlit as st
 
-from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, sources, state, style
+from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, sources, state, style, suggestions
 
-st.set_page_config(page_title="BitNet chat", page_icon=":material/bolt:", layout="wide",
+# The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
+ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "icon.png")
+st.set_page_config(page_title="BitNet chat", page_icon=ICON if os.path.isfile(ICON) else None, layout="wide",
                    initial_sidebar_state="expanded")
 style.inject()
 state.init()
 busy = state.busy()
 
-source = sidebar.model_picker(busy)
+source, about = sidebar.model_picker(busy)
 if source is None:
     st.info("Type a Hub repo id (owner/name) or a checkpoint folder in the sidebar to begin.")
     st.stop()
@@ -19,7 +23,8 @@ except loading.LoadFailure as failure:
     first_run.show_failure(failure, source.label)
 if fell_back is not None:
     first_run.show_fallback(fell_back, source.label, busy)
-model_label = sources.DEMO_LABEL if fell_back is not None else source.label
+running = sources.demo_source() if fell_back is not None else source  # the model that actually runs
+model_label = running.label
 
 model = loaded.model
 if st.session_state.get("engine_path") != loaded.path:  # another model: free the compare view's second engine
@@ -27,15 +32,17 @@ if st.session_state.get("engine_path") != loaded.path:  # another model: free th
     st.session_state.engine_path = loaded.path
 state.seed_from_model(model, loaded.path)
 sidebar.settings(model, busy)
-sidebar.chat_actions(model_label, busy)
-sidebar.model_info(model)
+sidebar.chat_actions(model, model_label, busy)
+sidebar.describe_running(about, running, source if fell_back is not None else None, model)
+sidebar.model_info(model, model_label)
 if str(model.info().get("isa")).lower() == "portable":
     st.warning("This CPU has no AVX2, so the engine runs its portable C kernels: replies will be slow.",
                icon=":material/speed:")
 
 view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, required=True,
                             label_visibility="collapsed")
+prompts = suggestions.for_folder(sources.folder_of(running))
 if view == "Compare":
-    compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)))
+    compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)), prompts)
 else:
-    chat_view.draw(loaded)
+    chat_view.draw(loaded, prompts)

@@ -18,15 +18,9 @@ The package follows the data, in order:
 Imports stay lazy so `import bitnet_app` is quick (the app starts before any model is loaded).
 """
 from .engine.cache import cache_dir
+from .source import ModelNotFound  # huggingface_hub and the converter are imported only when used
 
 __all__ = ["load_model", "resolve_model_file", "cache_dir", "ModelNotFound"]
-
-
-def __getattr__(name):
-    if name == "ModelNotFound":  # defined beside the code that raises it
-        from .source import ModelNotFound
-        return ModelNotFound
-    raise AttributeError(f"module 'bitnet_app' has no attribute {name!r}")
 
 
 def resolve_model_file(src, *, download_progress=None, convert_progress=None) -> str:

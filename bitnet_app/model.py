@@ -104,11 +104,13 @@ class Model:
     def generation_defaults(self) -> dict:
         """Sampling settings the checkpoint suggests (generation_config.json), for a UI to start from."""
         g = self.meta.get("generation_config") or {}
-        sample = bool(g.get("do_sample", False))
-        return {"temperature": float(g.get("temperature", 1.0)) if sample else 0.0,
-                "top_p": float(g.get("top_p", 1.0)) if sample else 1.0,
-                "top_k": int(g.get("top_k", 0) or 0) if sample else 0,
-                "repetition_penalty": float(g.get("repetition_penalty", 1.0))}
+        ours = {name: KNOBS[name].default for name in ("temperature", "top_p", "top_k", "repetition_penalty")}
+        if not g.get("do_sample", False):  # greedy: our defaults, and the checkpoint's repetition penalty
+            return dict(ours, repetition_penalty=float(g.get("repetition_penalty") or ours["repetition_penalty"]))
+        # sampling: the checkpoint's values; transformers' temperature 1.0 where it names none
+        return {"temperature": float(g.get("temperature", 1.0)), "top_p": float(g.get("top_p") or ours["top_p"]),
+                "top_k": int(g.get("top_k") or ours["top_k"]),
+                "repetition_penalty": float(g.get("repetition_penalty") or ours["repetition_penalty"])}
 
     def info(self) -> dict:
         cfg = self.config

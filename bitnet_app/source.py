@@ -46,9 +46,6 @@ class ModelNotFound(FileNotFoundError):
         super().__init__(message)
         self.kind = kind
 
-    def __str__(self) -> str:
-        return self.args[0]
-
 
 @dataclass
 class Prepared:

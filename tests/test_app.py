@@ -14,13 +14,15 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from bitnet_app.source import DEFAULT_REPO
-from bitnet_app.ui import export, jobs, reply, sources
+from bitnet_app.ui import export, jobs, reply, sources, suggestions
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
 
 APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.py")
 REPO = "org/bitnet-tiny"
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, max_position_embeddings=256)
+NO_SYSTEM_TEMPLATE = ("{%- for m in messages -%}{%- if m['role'] != 'system' -%}{{ m['content'] }}\n{%- endif -%}"
+                      "{%- endfor -%}")
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +40,14 @@ def checkpoints(tmp_path_factory):
     cfg.pop("quantization_config", None)
     with open(os.path.join(llama, "config.json"), "w") as f:
         json.dump(cfg, f)
+    nosys = str(root / "nosys")  # a completion-style template that drops system messages (the first demo model's)
+    make_hf_checkpoint(nosys, mask_token=True, seed=3, chat_template=NO_SYSTEM_TEMPLATE, **SMALL)
     broken = str(root / "broken")
     shutil.copytree(plain, broken)
     weights = os.path.join(broken, "model.safetensors")
     with open(weights, "r+b") as f:
         f.truncate(os.path.getsize(weights) // 2)  # a download cut in half
-    return {"dlm": dlm, "plain": plain, "llama": llama, "broken": broken}
+    return {"dlm": dlm, "plain": plain, "llama": llama, "broken": broken, "nosys": nosys}
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +137,7 @@ def test_chat_in_diffusion_mode_shows_steps_and_forwards(env):
     assert "forwards" in row and "tokens/forward" in row
     assert any("diffusion steps" in e.label for e in at.expander)  # the replay
     assert len(msg["steps"]) > 1
-    at.slider(key="replay_1").set_value(1).run()  # the replay slider redraws an earlier step
+    at.slider(key=f"replay_{msg['id']}").set_value(1).run()  # the replay slider redraws an earlier step
     assert any(f"step 1 of {len(msg['steps'])}" in m.value for m in at.markdown)
 
 
@@ -203,6 +207,20 @@ def test_compare_view_runs_both_modes(env):
     assert result["diffusion"]["stats"]["forwards"] > 0
     labels = [m.label for m in at.metric]
     assert "Diffusion speed vs AR" in labels and "Do the texts agree?" in labels
+    assert not _fixed_heights(at._tree)  # the columns grow with the replies: nothing scrolls out of sight
+
+
+def _fixed_heights(node) -> list[str]:
+    """The fixed heights of every container on the page (a fixed-height box scrolls its content)."""
+    proto = getattr(node, "proto", None)
+    out = []
+    if type(proto).__name__ == "Block" and proto.HasField("height_config") \
+            and proto.height_config.WhichOneof("height_spec") == "pixel_height":
+        out.append(f"{proto.height_config.pixel_height}px")
+    children = getattr(node, "children", None)
+    for child in (children.values() if isinstance(children, dict) else children or []):
+        out += _fixed_heights(child)
+    return out
 
 
 def test_not_trained_for_diffusion_is_said_plainly(env, checkpoints):
@@ -236,6 +254,8 @@ def test_error_page_leads_to_the_bundled_demo_model(env, checkpoints, tmp_path):
     env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
     at = _app()
     assert "That model was not found" in _all_markdown(at)
+    at.button(key="err_retry").click().run()
+    assert "That model was not found" in _all_markdown(at) and "Tried again at" in _captions(at)
     assert sources.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
     demo = [b for b in at.button if b.label == "Use the bundled demo model"][0]
     assert not demo.disabled
@@ -289,6 +309,14 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def _captions(at) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def _sidebar_captions(at) -> str:
+    return "\n".join(c.value for c in at.sidebar.caption)
+
+
 def _notice(at) -> str:
     return "\n".join(w.value for w in at.warning if "could not be downloaded" in w.value)
 
@@ -309,15 +337,21 @@ def test_default_model_out_of_reach_opens_the_demo_model_with_a_notice(env, chec
     assert DEFAULT_REPO in notice and "bundled demo model is shown instead" in notice
     assert ("offline mode is on" if how == "offline_mode" else "cannot be reached") in notice
     assert not at.error  # no error page: the demo model is open and chats
+    assert not at.toast  # the demo model was converted just now, but the notice says what happened
     assert "Diffusion-trained:** yes" in [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
+    about = _sidebar_captions(at)
+    assert "Running the bundled demo model" in about and f"instead of {DEFAULT_REPO}" in about
+    assert "1.2 GB download" not in about  # the model that failed is not described as the one running
     at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
     msg = _chat(at, "Hello")
     assert msg["done"] and msg["stats"]["tokens"] > 0
     assert _notice(at)  # the notice stays while the demo model stands in
 
+    assert "Tried again" not in _captions(at)
     at.button(key="fallback_retry").click().run()  # tries the download again: still out of reach
     assert not at.exception, at.exception
     assert _notice(at) and at.chat_input(key="chat_prompt")
+    assert "Tried again at" in _captions(at) and "still out of reach" in _captions(at)  # the click did something
     assert len(at.session_state["messages"]) == 2  # the chat is kept
 
     at.button(key="fallback_keep").click().run()
@@ -354,3 +388,129 @@ def test_slow_motion_paces_the_reply_but_not_the_figures(env):
     assert slow["content"] == fast["content"] and slow["done"]
     assert took >= slow["stats"]["tokens"] * reply.SLOW_MOTION_S  # one pause per drawn token
     assert slow["stats"]["tok_s"] > 3 / reply.SLOW_MOTION_S  # the engine's own speed, not the paced one
+
+
+def _remount_as_a_browser_does(at) -> None:
+    """AppTest hands every widget its server-side value. A browser that mounts a widget afresh (after a run that
+    did not draw it) shows the value the page sent with it (`set_value`), or else the widget's own default (a
+    number's or slider's minimum), and sends that back with the next interaction. Apply that rule to the
+    sidebar's numbers and sliders, as the browser does after a detour."""
+    for widget in at.sidebar.number_input:
+        if not widget.proto.set_value:
+            widget.set_value(type(widget.value)(widget.proto.default))
+    for widget in at.sidebar.slider:
+        if not widget.proto.set_value:
+            widget.set_value(type(widget.value)(widget.proto.default[0]))
+
+
+def _settings_shown(at) -> dict:
+    return {w.key: w.value for w in list(at.sidebar.number_input) + list(at.sidebar.slider)}
+
+
+def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints, tmp_path):
+    """The detour that gave one-token replies: the demo model stands in for an unreachable Hub model; the user
+    sets Max new tokens and Temperature; "Pick another model" (nothing typed yet, so no settings are drawn),
+    back to the demo model; then a mistyped folder (an error page) and back again. The settings are the user's
+    after each detour, and the reply is the same full-length reply as before."""
+    env.delenv("BITNET_APP_MODEL")
+    env.setenv("BITNET_DEMO_MODEL", checkpoints["dlm"])
+    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    at = _app()
+    assert _notice(at)
+    at.sidebar.number_input(key="max_new_tokens").set_value(24).run()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.slider(key="top_p").set_value(0.8).run()
+    before = _settings_shown(at)
+    first = _chat(at, "Hello")
+    assert first["stats"]["tokens"] > 8, first  # the test model writes on (it has no reason to stop)
+
+    at.button(key="fallback_other").click().run()  # the custom source, nothing typed: no model, no settings
+    assert not at.exception and not at.sidebar.slider
+    at.sidebar.selectbox(key="model_choice").set_value(sources.DEMO_LABEL).run()
+    _remount_as_a_browser_does(at)
+    assert _settings_shown(at) == before
+    at.sidebar.number_input(key="seed").set_value(3).run()  # touch any control
+    assert _settings_shown(at) == dict(before, seed=3)
+    at.button(key="regenerate").click().run()
+    again = at.session_state["messages"][-1]
+    assert again["content"] == first["content"] and again["stats"]["tokens"] == first["stats"]["tokens"]
+
+    at.sidebar.selectbox(key="model_choice").set_value(sources.CUSTOM_LABEL).run()
+    at.sidebar.text_input(key="custom_source").set_value(str(tmp_path / "no-such-folder")).run()
+    assert "That model was not found" in _all_markdown(at) and not at.sidebar.slider  # an error page
+    [b for b in at.button if b.label == "Use the bundled demo model"][0].click().run()
+    _remount_as_a_browser_does(at)
+    assert _settings_shown(at) == dict(before, seed=3)
+    [b for b in at.sidebar.button if b.label == "Clear chat"][0].click().run()
+    third = _chat(at, "Hello")
+    assert third["content"] == first["content"] and third["stats"]["tokens"] == first["stats"]["tokens"]
+
+
+SKILLS = ["Count from 12 to 31.", "Say the alphabet from D to P.", "What is 7 times 1 up to 7 times 12?",
+          "Spell the word garden letter by letter.", "Count down from 50 to 41.", "Name the months from May."]
+OPEN = ["Continue this scene:\nROMEO.\nBut soft, what light", "Write a speech for HAMLET."]
+
+
+@pytest.fixture
+def demo_with_prompts(checkpoints, tmp_path):
+    """A demo-model folder laid out as assets/ is: demo-model/ with demo-prompts.json beside it."""
+    root = tmp_path / "assets"
+    shutil.copytree(checkpoints["dlm"], root / "demo-model")
+    (root / "demo-prompts.json").write_text(json.dumps({"skills": SKILLS, "open": OPEN}))
+    return str(root / "demo-model")
+
+
+def test_the_demo_model_suggests_its_skill_prompts(env, demo_with_prompts, tmp_path):
+    env.delenv("BITNET_APP_MODEL")
+    env.setenv("BITNET_DEMO_MODEL", demo_with_prompts)
+    env.setenv("HF_HUB_OFFLINE", "1")
+    env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
+    at = _app()
+    assert "short skills" in _notice(at) and "short skills" in _sidebar_captions(at)  # describes this demo model
+    offered = [at.button(key=f"example_{i}") for i in range(4)]
+    wanted = [SKILLS[0], SKILLS[2], SKILLS[4], OPEN[0]]  # three skills spread over the list, then free text
+    assert [b.label for b in offered] == [suggestions.button_label(p) for p in wanted]
+    assert "Block diffusion" in _captions(at)  # says what the skill prompts show
+    at.sidebar.number_input(key="max_new_tokens").set_value(8).run()
+    at.button(key="example_1").click().run()
+    assert not at.exception, at.exception
+    msgs = at.session_state["messages"]
+    assert msgs[0] == {"role": "user", "content": SKILLS[2]} and msgs[1]["done"]
+
+    at.segmented_control(key="view").set_value("Compare").run()
+    assert at.button(key="compare_example_0").label == suggestions.button_label(SKILLS[0])
+    at.button(key="compare_example_3").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["compare"]["prompt"] == OPEN[0]
+    assert any("Tokens per forward" in c and "always 1" in c for c in _captions(at).split("\n"))
+
+
+def test_general_suggestions_for_a_model_without_a_prompt_file(env):
+    at = _app()
+    assert [at.button(key=f"example_{i}").label for i in range(3)] == [p for p, _ in suggestions.GENERAL]
+
+
+def test_the_system_prompt_is_offered_only_where_the_template_reads_it(env, checkpoints):
+    at = _app()  # 2B-4T's template: the system prompt is read
+    assert at.sidebar.text_area(key="system_prompt")
+    env.setenv("BITNET_APP_MODEL", checkpoints["nosys"])
+    at = _app()
+    assert not at.sidebar.text_area  # nothing to set that the model would never see
+    assert "no place for a system prompt" in _sidebar_captions(at)
+    at.sidebar.number_input(key="max_new_tokens").set_value(4).run()
+    assert _chat(at, "Hi")["done"]
+
+
+def test_which_chat_templates_read_a_system_prompt(env, checkpoints, caches):
+    """state.uses_system_prompt decides whether the page shows, sends and exports the system prompt."""
+    import bitnet_app
+    from bitnet_app.ui import state
+    for name, reads in (("dlm", True), ("nosys", False)):
+        model = bitnet_app.load_model(checkpoints[name], threads=1)
+        try:
+            assert state.uses_system_prompt(model) is reads
+        finally:
+            model.close()

@@ -260,6 +260,18 @@ def test_diffusion_mode_dispatches_with_a_stand_in_mask_on_an_untrained_checkpoi
         model.generate(ids, mode="beam")
 
 
+def test_cli_a_text_file_as_model_is_not_called_a_truncated_engine_file(ckpt, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")  # shorter than an engine file's header
+    cut = tmp_path / "cut.bitnet"
+    with open(ckpt["file"], "rb") as f:
+        cut.write_bytes(f.read(12))  # the start of a real engine file
+    for path, said in ((notes, "is not a BitNet engine file"), (cut, "truncated")):
+        r = run_cli("generate", "--model", str(path), "--prompt", "x")
+        assert r.returncode == 2 and r.stderr.startswith("error: ") and said in r.stderr, r.stderr
+        assert ("truncated" in r.stderr) == (path == cut)
+
+
 @pytest.mark.parametrize("settings", [dict(), dict(repetition_penalty=1.3), dict(temperature=0.8, top_p=0.9, seed=4)])
 def test_sampler_token_is_the_id_of_a_full_call(settings):
     """AR asks only for the id (greedy then skips the probability): the same id, and the same random draws."""

@@ -52,3 +52,29 @@ def test_exports_hold_the_conversation_and_figures():
     data = json.loads(export.to_json(msgs, system_prompt="Be brief.", model="org/m", settings={"mode": "ar"}))
     assert data["messages"][1]["stopped"] is True and "steps" not in data["messages"][1]
     assert data["settings"] == {"mode": "ar"}
+
+
+def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
+    from bitnet_app.ui import suggestions
+    model = tmp_path / "assets" / "demo-model"
+    model.mkdir(parents=True)
+    assert suggestions.for_folder(str(model)) == suggestions.GENERAL  # no prompt file: general questions
+    skills = [f"Count from {i} to {i + 9}." for i in range(9)]
+    (tmp_path / "assets" / "demo-prompts.json").write_text(json.dumps({"skills": skills, "open": ["ROMEO.\nBut"]}))
+    assert suggestions.for_folder(str(model)) == [(skills[0], "skill"), (skills[3], "skill"), (skills[6], "skill"),
+                                                  ("ROMEO.\nBut", "open")]  # beside the folder
+    (model / "demo-prompts.json").write_text(json.dumps({"skills": [{"prompt": "Spell cat."}], "open": []}))
+    assert suggestions.for_folder(str(model)) == [("Spell cat.", "skill")]  # inside the folder wins
+    (model / "demo-prompts.json").write_text("{not json")
+    assert suggestions.for_folder(str(model)) == suggestions.GENERAL
+    assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
+    assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
+
+
+def test_the_first_demo_models_openings_are_its_suggestions(tmp_path):
+    from bitnet_app.ui import suggestions
+    model = tmp_path / "demo-model"
+    model.mkdir()
+    openings = [f"ROMEO.\nLine {i}" for i in range(6)]
+    (tmp_path / "demo-heldout.json").write_text(json.dumps({"source": "held-out plays", "prompts": openings}))
+    assert suggestions.for_folder(str(model)) == [(openings[0], "open"), (openings[2], "open"), (openings[4], "open")]

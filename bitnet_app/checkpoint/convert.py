@@ -1,4 +1,4 @@
-"""Hugging Face BitNetForCausalLM checkpoint folder -> one packed engine file (engine_file.py).
+"""Hugging Face BitNetForCausalLM checkpoint folder -> one packed engine file (engine/file.py).
 
     convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
 
@@ -11,7 +11,7 @@ Two source layouts:
   online   the -bf16 sibling: `<proj>.weight` BF16/F16/F32 (N, K) latent weights, ternarized exactly as
            transformers WeightQuant does in fp32: s = 1/max(mean|w|, 1e-5), T = clamp(rint(w*s), -1, 1),
            W_eff = T * float32(1/s).
-Output tensors (names and layouts in engine_file.py): per layer, q|k|v and gate|up fused row-wise into
+Output tensors (names and layouts in engine/file.py): per layer, q|k|v and gate|up fused row-wise into
 one tile-packed ternary matrix each with a float32 per-row multiplier (Np,), padding rows 0.
 The embedding stays bf16 (V, D); the int8 head is its per-row absmax quantization, built in row chunks.
 The untied-head case (tie_word_embeddings false with an lm_head.weight) is rejected: the engine file

@@ -7,7 +7,7 @@ Layout (little endian):
     bytes 20..    JSON metadata (utf-8), then zero padding up to DATA_ALIGN
     data          each tensor at an offset (relative to the start of the file) that is a multiple of 64
 
-Metadata keys: "config" (normalized hyper-parameters, see convert.py), "tensors" (name -> dtype, shape,
+Metadata keys: "config" (normalized hyper-parameters, see checkpoint/config.py), "tensors" (name -> dtype, shape,
 offset, nbytes), and what the model layer needs: "tokenizer_json", "tokenizer_config",
 "generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion", "source".
 
@@ -91,14 +91,20 @@ def write_engine_file(path: str, meta: dict, tensors: dict[str, np.ndarray]) -> 
         raise
 
 
+NOT_AN_ENGINE_FILE = ("is not a BitNet engine file (those start with BITNETAP). Give a converted .bitnet file, an "
+                      "HF checkpoint folder, a Hub repo id or `demo`; `python -m bitnet_app convert` turns a "
+                      "checkpoint into an engine file.")
+
+
 def _read_meta(path: str, size: int) -> dict:
     """The JSON metadata after the header of a `size`-byte file, or EngineFileError saying what to do."""
     with open(path, "rb") as f:
         head = f.read(_HEADER.size)
         magic, version, meta_len = _HEADER.unpack(head) if len(head) == _HEADER.size else (None, None, 0)
-        problem = ("is too short to be an engine file (truncated?). Convert the checkpoint again." if magic is None
-                   else "is not a BitNet engine file (wrong magic). Convert a checkpoint with "
-                        "`python -m bitnet_app convert`." if magic != MAGIC
+        ours = bool(head) and head[:len(MAGIC)] == MAGIC[:len(head)]  # starts like an engine file (or a cut one)
+        problem = (NOT_AN_ENGINE_FILE if not ours
+                   else "is too short to be an engine file (truncated?). Convert the checkpoint again."
+                   if magic is None
                    else f"has engine format {version}, this version reads {FORMAT_VERSION}. Convert the "
                         "checkpoint again." if version != FORMAT_VERSION
                    else "is truncated (metadata runs past the end). Convert the checkpoint again."

@@ -4,11 +4,7 @@ import time
 import streamlit as st
 
 from ..decode.context import ContextOverflow
-from . import block_picture, reply, state
-
-EXAMPLES = ["Explain in two sentences what a 1.58-bit model is.",
-            "Write a short poem about a fast little CPU.",
-            "Give me three tips for a great live demo."]
+from . import block_picture, reply, state, suggestions
 
 
 def _ask(text: str) -> None:
@@ -28,40 +24,56 @@ def _regenerate() -> None:
         state.begin({"kind": "chat"})
 
 
+REPLAY_STEP_S = 0.15  # pause between steps when a replay plays
+
+
+def _play(key: str) -> None:
+    ss = st.session_state
+    playing = ss.get(state.REPLAY)
+    ss[state.REPLAY] = None if playing and playing["key"] == key else {"key": key, "step": 1}  # Play / Stop
+
+
 @st.fragment
 def _replay(index: int, msg: dict, busy: bool) -> None:
+    """The steps of a diffusion reply: a slider picks one; Play walks the slider through them, one fragment
+    rerun per step, so the slider always shows the step the picture shows."""
+    ss = st.session_state
     frames = msg["steps"]
-    with st.expander(f"Replay the {len(frames)} diffusion steps", icon=":material/slow_motion_video:"):
+    n = len(frames)
+    key = f"replay_{msg.get('id', index)}"
+    playing = ss.get(state.REPLAY)
+    playing = playing if playing and playing["key"] == key and not busy else None
+    if playing:
+        state.put(key, min(playing["step"], n))
+    k = min(max(int(state.keep(key, n)), 1), n)
+    with st.expander(f"Replay the {n} diffusion steps", icon=":material/slow_motion_video:"):
         pic = st.empty()
-        if len(frames) > 1:
+        if n > 1:
             left, right = st.columns([4, 1], vertical_alignment="bottom")
             with left:
-                k = st.slider("Step", 1, len(frames), len(frames), key=f"replay_{index}", disabled=busy,
+                k = st.slider("Step", 1, n, key=key, disabled=busy or bool(playing),
                               help="Move through the forwards of this reply: each one fills some masked slots.")
             with right:
-                play = st.button("Play", key=f"play_{index}", icon=":material/play_arrow:", width="stretch",
-                                 disabled=busy, help="Replay the steps as they happened.")
+                st.button("Stop" if playing else "Play", key=f"play_{key}", on_click=_play, args=(key,),
+                          icon=":material/stop:" if playing else ":material/play_arrow:", width="stretch",
+                          disabled=busy, help="Replay the steps as they happened, one after another.")
+        pic.markdown(block_picture.render(frames[k - 1], caption=f"step {k} of {n}"), unsafe_allow_html=True)
+    if playing:
+        time.sleep(REPLAY_STEP_S)
+        if k < n:
+            playing["step"] = k + 1
         else:
-            k, play = 1, False
-        if play:
-            for j, frame in enumerate(frames, 1):
-                pic.markdown(block_picture.render(frame, caption=f"step {j} of {len(frames)}"),
-                             unsafe_allow_html=True)
-                time.sleep(0.15)
-        else:
-            pic.markdown(block_picture.render(frames[k - 1], caption=f"step {k} of {len(frames)}"),
-                         unsafe_allow_html=True)
+            ss[state.REPLAY] = None
+        st.rerun(scope="fragment")
 
 
-def _history(busy: bool) -> None:
+def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
     msgs = st.session_state.messages
     slot = st.empty()  # always drawn, so a streaming run replaces the examples instead of leaving them stale
     if not msgs and not busy:
         with slot.container():
             st.markdown("#### What would you like to ask?")
-            cols = st.columns(len(EXAMPLES))
-            for col, text in zip(cols, EXAMPLES):
-                col.button(text, on_click=_ask, args=(text,), width="stretch", key=f"example_{text[:12]}")
+            suggestions.draw(prompts, _ask, "example")
     for i, m in enumerate(msgs):
         with st.chat_message(m["role"]):
             if m["role"] == "user":
@@ -75,10 +87,10 @@ def _history(busy: bool) -> None:
                           key="regenerate", help="Drop this reply and write a new one for the same question.")
 
 
-def _conversation() -> list[dict]:
-    ss = st.session_state
-    convo = [{"role": "system", "content": ss.system_prompt.strip()}] if ss.system_prompt.strip() else []
-    for m in ss.messages:
+def _conversation(model) -> list[dict]:
+    system_prompt = state.system_prompt(model)
+    convo = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for m in st.session_state.messages:
         if m["role"] == "user" or m.get("content"):
             convo.append({"role": m["role"], "content": m["content"]})
     return convo
@@ -88,7 +100,7 @@ def _generate(loaded) -> None:
     """Stream one reply for the last user message. Runs while every control is drawn disabled."""
     model = loaded.model
     record, messages = state.run(), st.session_state.messages  # plain objects: usable after a Stop
-    convo = _conversation()
+    convo = _conversation(model)
     params = state.decode_params()
     msg = reply.new_message(params["mode"])
     with st.chat_message("assistant"):
@@ -128,9 +140,10 @@ def _generate(loaded) -> None:
     st.rerun()
 
 
-def draw(loaded) -> None:
+def draw(loaded, prompts: list[tuple[str, str]]) -> None:
+    """prompts: the suggestions for an empty chat, [(prompt, kind)] (suggestions.for_folder)."""
     busy = state.busy("chat")
-    _history(busy)
+    _history(busy, prompts)
     st.chat_input("Message the model…", key="chat_prompt", submit_mode="stop", on_submit=_submit)
     if busy:
         state.resume_watch()

@@ -3,16 +3,21 @@ import difflib
 
 import streamlit as st
 
-from . import reply, state
+from . import reply, state, suggestions
 from .stats import MODE_LABELS
 
 MODES = ("ar", "diffusion")
+TPF_NOTE = ("**Tokens per forward**: how many tokens one pass of the model settles on average. Autoregressive: "
+            "always 1; block diffusion: every slot it is sure enough of, so more per pass means fewer passes.")
+
+
+def _ask(text: str) -> None:
+    if text and text.strip():
+        state.begin({"kind": "compare", "prompt": text.strip()})
 
 
 def _submit() -> None:
-    text = (st.session_state.get("compare_prompt") or "").strip()
-    if text:
-        state.begin({"kind": "compare", "prompt": text})
+    _ask(st.session_state.get("compare_prompt") or "")
 
 
 def summary(ar: dict, diff: dict) -> dict:
@@ -37,15 +42,18 @@ def _draw_summary(result: dict) -> None:
     agree = "identical" if s["identical"] else f"{s['similarity']:.0%} similar"
     c3.metric("Do the texts agree?", agree, border=True,
               help="Greedy decoding (temperature 0) makes the two modes most comparable.")
+    st.caption(TPF_NOTE)
 
 
 def _columns():
+    """One bordered column per mode. They grow with the replies: a fixed height would scroll inside the box
+    and hide the start of each reply."""
     cols = st.columns(2, gap="medium")
     boxes = {}
     for col, mode in zip(cols, MODES):
         with col:
             st.markdown(f"##### {MODE_LABELS[mode]}")
-            boxes[mode] = st.container(height=440, border=True)
+            boxes[mode] = st.container(border=True)
     return boxes
 
 
@@ -55,7 +63,7 @@ def _run(loaded, second, prompt: str) -> None:
     record = state.run()  # a plain dict: usable in the finally after a Stop
     result = {"prompt": prompt, "ar": reply.new_message("ar"), "diffusion": reply.new_message("diffusion")}
     ss.compare = result
-    system_prompt = ss.system_prompt.strip()
+    system_prompt = state.system_prompt(model)
     params = {mode: state.decode_params(mode) for mode in MODES}
     boxes = _columns()
     views, events = {}, {}
@@ -96,7 +104,8 @@ def _run(loaded, second, prompt: str) -> None:
     st.rerun()
 
 
-def draw(loaded, load_second) -> None:
+def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
+    """load_second() gives the second engine; prompts: suggestions while nothing has been compared yet."""
     ss = st.session_state
     model = loaded.model
     st.markdown("#### Compare: autoregressive vs block diffusion")
@@ -116,7 +125,8 @@ def draw(loaded, load_second) -> None:
         return
     result = ss.compare
     if not result:
-        st.markdown("Type a prompt below to start.")
+        st.markdown("Type a prompt below to start, or pick one:")
+        suggestions.draw(prompts, _ask, "compare_example", view="compare")
         return
     st.markdown(f"**Prompt:** {result['prompt']}")
     if result.get("error"):

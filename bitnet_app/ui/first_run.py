@@ -3,10 +3,14 @@
 show_failure: a page of its own (no model). show_fallback: the notice above the chat when the chosen Hub
 model could not be downloaded for want of a network and the bundled demo model was opened instead.
 """
+import time
+
 import streamlit as st
 
 from . import jobs
-from .sources import CUSTOM_LABEL, DEMO_LABEL, demo_available
+from .sources import CUSTOM_LABEL, DEMO_LABEL, demo_available, demo_description
+
+RETRIED = "retried"  # session-state key: {"label": the model retried, "at": "HH:MM:SS"} after a Retry button
 
 TITLES = {
     "offline": "You are offline, and this model is not on this computer yet",
@@ -25,8 +29,16 @@ def _use_demo():
     jobs.forget_failed()
 
 
-def _retry():
+def _retry(label: str):
+    """Forget the failure so this run tries again, and note when, so the page can say the retry happened."""
+    st.session_state[RETRIED] = {"label": label, "at": time.strftime("%H:%M:%S")}
     jobs.forget_failed()
+
+
+def _retry_note(label: str, outcome: str) -> None:
+    note = st.session_state.get(RETRIED)
+    if note and note["label"] == label:
+        st.caption(f":material/history: Tried again at {note['at']}: {outcome}")
 
 
 def _pick_another():
@@ -47,6 +59,7 @@ def show_failure(failure, source_label: str) -> None:
     kind = failure.kind if failure.kind in TITLES else "error"
     st.markdown(f"### {TITLES[kind]}")
     st.error(str(failure), icon=":material/error:")
+    _retry_note(source_label, "it failed again, as explained above.")
     st.markdown("**What you can do**")
     cols = st.columns(3)
     offer_demo = demo_available() and source_label != DEMO_LABEL
@@ -56,8 +69,8 @@ def show_failure(failure, source_label: str) -> None:
                   help="A tiny model that ships with the app and needs no network." if offer_demo
                   else "The demo model is not bundled with this copy of the app.")
     with cols[1]:
-        st.button("Retry", on_click=_retry, icon=":material/refresh:", width="stretch", key="err_retry",
-                  help="Try again, for example after reconnecting or freeing disk space.")
+        st.button("Retry", on_click=_retry, args=(source_label,), icon=":material/refresh:", width="stretch",
+                  key="err_retry", help="Try again, for example after reconnecting or freeing disk space.")
     with cols[2]:
         st.text_input("Or open a checkpoint folder on this computer", key="error_folder",
                       placeholder="/path/to/checkpoint", on_change=_use_folder,
@@ -82,10 +95,11 @@ def show_fallback(failure, wanted_label: str, busy: bool) -> None:
     reason = FALLBACK_REASONS.get(failure.kind, FALLBACK_REASONS["network"])
     with st.container(border=True, key="fallback_notice"):
         st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The bundled demo model is shown "
-                   "instead: a tiny model trained on Shakespeare that ships with the app and runs offline "
-                   "(it continues your text; expect style, not sense).", icon=":material/cloud_off:")
+                   f"instead. {demo_description()}", icon=":material/cloud_off:")
+        _retry_note(wanted_label, "still out of reach, so the demo model stays.")
         row = st.container(horizontal=True, vertical_alignment="center")
-        row.button("Retry the download", on_click=_retry, icon=":material/refresh:", key="fallback_retry",
+        row.button("Retry the download", on_click=_retry, args=(wanted_label,), icon=":material/refresh:",
+                   key="fallback_retry",
                    disabled=busy, help=f"Try to download {wanted_label} again, for example after reconnecting.")
         row.button("Keep the demo model", on_click=_use_demo, icon=":material/offline_bolt:", key="fallback_keep",
                    disabled=busy, help="Choose the demo model in the picker, and hide this notice.")

@@ -54,10 +54,11 @@ def load_compare_engine(path: str, threads: int) -> Loaded:
     return _open(path, threads)
 
 
-def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset()) -> Loaded:
+def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset(),
+                 announce: bool = True) -> Loaded:
     """The loaded model for `source`, drawing download and conversion progress on the way (the progress
     is cleared once the model is ready; a failure leaves it on the page above the explanation, unless
-    its kind is in `clear_on`)."""
+    its kind is in `clear_on`). announce: a toast says what was done (not when a notice explains it)."""
     holder = st.empty()
     work: list[str] = []
     try:
@@ -68,8 +69,8 @@ def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozense
             holder.empty()
         raise
     holder.empty()
-    if work:
-        st.toast(f"{source.label} is ready ({' and '.join(work)}). Next time it opens straight into chat.",
+    if work and announce:
+        st.toast(f"{source.label} is ready ({' and '.join(work)}); next time it opens at once.",
                  icon=":material/check_circle:")
     return loaded
 
@@ -90,7 +91,7 @@ def ensure_model_or_demo(source: Source, threads: int) -> tuple[Loaded, LoadFail
             if exc.kind not in model_source.UNREACHABLE:
                 raise
             failure = exc
-    return ensure_model(demo_source(), threads), failure
+    return ensure_model(demo_source(), threads, announce=False), failure  # the notice says why
 
 
 def _ensure(source: Source, threads: int, work: list) -> Loaded:

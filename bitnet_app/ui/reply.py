@@ -4,6 +4,7 @@ Every event updates the stored message first and then the screen, so whatever mo
 on, the history already holds the partial reply (the caller's `finally` marks it stopped).
 """
 import time
+import uuid
 
 import streamlit as st
 
@@ -12,11 +13,13 @@ from . import block_picture, stats
 
 CURSOR = " ▌"
 SLOW_MOTION_S = 0.04  # "Slow motion": a pause after each drawn token (AR) or step (diffusion), ~25 per second
+REDRAW_S = 1 / 30     # otherwise the text and the block picture are redrawn at most this often: a small model
+                      # makes thousands of events per second, more than the browser can paint
 
 
 def new_message(mode: str) -> dict:
-    return {"role": "assistant", "content": "", "mode": mode, "stats": None, "stop_reason": None,
-            "stopped": False, "trimmed": 0, "steps": [], "tokens_seen": 0, "done": False}
+    return {"id": uuid.uuid4().hex[:12], "role": "assistant", "content": "", "mode": mode, "stats": None,
+            "stop_reason": None, "stopped": False, "trimmed": 0, "steps": [], "tokens_seen": 0, "done": False}
 
 
 class ReplyView:
@@ -29,6 +32,7 @@ class ReplyView:
         self.footer = st.empty()
         self._texts: dict[int, str] = {}
         self._last_frame = None
+        self._drawn_at = {"text": 0.0, "picture": 0.0}
         self.text.markdown(CURSOR)
 
     def _token_text(self, tid: int) -> str:
@@ -41,15 +45,16 @@ class ReplyView:
         if isinstance(ev, Token):
             m["content"] += ev.text
             m["tokens_seen"] += 1
-            self.text.markdown(m["content"] + CURSOR)
-            if self.picture is None:
-                self._pause()
+            if self._due("text"):
+                self.text.markdown(m["content"] + CURSOR)
+                if self.picture is None:
+                    self._pause()
         elif isinstance(ev, Step):
             frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame)
             self._last_frame = frame
             if len(m["steps"]) < block_picture.MAX_FRAMES:
                 m["steps"].append(frame)
-            if self.picture is not None:
+            if self.picture is not None and self._due("picture"):
                 self.picture.markdown(block_picture.render(frame, caption=f"step {len(m['steps'])}"),
                                       unsafe_allow_html=True)
                 self._pause()
@@ -58,6 +63,16 @@ class ReplyView:
             self.text.markdown(m["content"] or "_(empty reply)_")
             self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
 
+    def _due(self, what: str) -> bool:
+        """Whether to redraw `what` now: always in Slow motion (it paces every event), else at most every
+        REDRAW_S seconds (the stored message is always current; Done draws the final text)."""
+        if self.pause_s > 0:
+            return True
+        now = time.perf_counter()
+        if now - self._drawn_at[what] < REDRAW_S:
+            return False
+        self._drawn_at[what] = now
+        return True
 
     def _pause(self) -> None:
         if self.pause_s > 0:

@@ -20,19 +20,19 @@ def _clear_chat() -> None:
 
 
 def model_picker(busy: bool):
-    """The model choice (drawn before loading, so a failed load can still be switched)."""
+    """The model choice (drawn before loading, so a failed load can still be switched).
+    Returns (the chosen Source or None, a placeholder under the picker for describe_running)."""
     with st.sidebar:
         st.markdown("## BitNet chat")
         st.caption("1.58-bit language models, on your CPU.")
         options = sources.choices()
         if st.session_state.get("model_choice") not in options:
-            st.session_state.model_choice = sources.default_choice() if sources.default_choice() in options \
-                else options[0]
+            state.put("model_choice", sources.default_choice() if sources.default_choice() in options
+                      else options[0])
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
                              help="A Hugging Face repo (downloaded and converted once), the bundled demo model, "
                                   "or a checkpoint folder on this computer.")
-        if label in sources.DESCRIPTIONS:
-            st.caption(sources.DESCRIPTIONS[label])
+        about = st.empty()  # filled once the model runs: the chosen one, or the demo model standing in for it
         custom = ""
         if label == sources.CUSTOM_LABEL:
             custom = st.text_input("Hub repo id or folder", key="custom_source", disabled=busy,
@@ -41,7 +41,21 @@ def model_picker(busy: bool):
                                         "config.json, tokenizer.json and *.safetensors.")
         st.number_input("CPU threads", min_value=0, max_value=max(1, os.cpu_count() or 1), step=1, key="threads",
                         disabled=busy, help="Threads for the engine; 0 uses every core. Changing it reloads the model.")
-        return sources.resolve(label, custom)
+        source = sources.resolve(label, custom)
+        if source is not None:
+            about.caption(sources.describe(source))  # until a model runs (describe_running)
+        return source, about
+
+
+def describe_running(about, running, wanted, model) -> None:
+    """Under the picker: the model that is actually running (`running`, a Source), and when the demo model
+    stands in for the chosen one, which (`wanted`, a Source, else None)."""
+    params = _count(int(model.info()["parameters"]))
+    name = "the bundled demo model" if running.label == sources.DEMO_LABEL else f"**{running.label}**"
+    lines = [f"Running {name} · {params} parameters", sources.describe(running)]
+    if wanted is not None:
+        lines.insert(1, f"(instead of {wanted.label}, which could not be downloaded)")
+    about.caption("  \n".join(lines))
 
 
 def settings(model, busy: bool) -> None:
@@ -66,12 +80,15 @@ def settings(model, busy: bool) -> None:
             _knob("block_size", busy)
             subs = [s for s in KNOBS["sub_block_size"].metadata["ui"]["options"] if s <= ss.block_size]
             if ss.sub_block_size not in subs:
-                ss.sub_block_size = subs[-1]
+                state.put("sub_block_size", subs[-1])
             _knob("sub_block_size", busy, options=subs)
             _knob("threshold", busy)
             _knob("attention", busy)
-        st.text_area("System prompt", key="system_prompt", height=90, disabled=busy,
-                     help="Instructions the model reads before the conversation.")
+        if state.uses_system_prompt(model):
+            st.text_area("System prompt", key="system_prompt", height=90, disabled=busy,
+                         help="Instructions the model reads before the conversation.")
+        else:
+            st.caption("This model's chat template has no place for a system prompt, so it takes none.")
 
 
 def _knob(name: str, busy: bool, **ui) -> None:
@@ -90,19 +107,20 @@ def _knob(name: str, busy: bool, **ui) -> None:
         st.selectbox(meta["label"], ui.get("options") or meta["choices"], **common)
 
 
-def chat_actions(model_label: str, busy: bool) -> None:
+def chat_actions(model, model_label: str, busy: bool) -> None:
     ss = st.session_state
+    system_prompt = state.system_prompt(model)
     with st.sidebar:
         st.divider()
         st.button("Clear chat", on_click=_clear_chat, disabled=busy or not ss.messages, icon=":material/delete:",
                   width="stretch", help="Start a new conversation (the model stays loaded).")
         c1, c2 = st.columns(2)
         msgs = [m for m in ss.messages if m["role"] in ("user", "assistant")]
-        c1.download_button("Markdown", export.to_markdown(msgs, system_prompt=ss.system_prompt, model=model_label),
+        c1.download_button("Markdown", export.to_markdown(msgs, system_prompt=system_prompt, model=model_label),
                            file_name="bitnet-chat.md", mime="text/markdown", on_click="ignore",
                            disabled=busy or not msgs, icon=":material/download:", width="stretch",
                            help="Save the chat as a Markdown file.")
-        c2.download_button("JSON", export.to_json(msgs, system_prompt=ss.system_prompt, model=model_label,
+        c2.download_button("JSON", export.to_json(msgs, system_prompt=system_prompt, model=model_label,
                                                   settings=state.decode_params()),
                            file_name="bitnet-chat.json", mime="application/json", on_click="ignore",
                            disabled=busy or not msgs, icon=":material/data_object:", width="stretch",
@@ -131,12 +149,12 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
 
 
-def model_info(model) -> None:
+def model_info(model, label: str) -> None:
     info = model.info()
     isa = ISA_LABELS.get(str(info.get("isa")).lower(), str(info.get("isa")))
     with st.sidebar:
         with st.expander("Model info", icon=":material/memory:"):
-            rows = [("Parameters", _count(int(info["parameters"]))),
+            rows = [("Model", label), ("Parameters", _count(int(info["parameters"]))),
                     ("Model file", format_bytes(int(info["file_bytes"]))),
                     ("Kernel path", isa), ("Threads", str(info.get("threads"))),
                     ("Context", f"{info.get('context')} tokens"),

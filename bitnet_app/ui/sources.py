@@ -4,18 +4,43 @@ from dataclasses import dataclass
 
 from ..demo import demo_model_dir
 from ..source import DEFAULT_REPO, DEMO, is_repo_id
+from . import suggestions
 
 BF16_REPO = DEFAULT_REPO + "-bf16"
 DEMO_LABEL = "Demo model (bundled, offline)"
 CUSTOM_LABEL = "Another Hub repo or local folder…"
 MODEL_ENV = "BITNET_APP_MODEL"  # preselects a repo id or folder (also handy for scripted demos and tests)
 
-DESCRIPTIONS = {
+DESCRIPTIONS = {  # what each picker choice is, shown under the picker while that model runs
     DEFAULT_REPO: "Microsoft's 2B model, packed 1.58-bit weights (about 1.2 GB download).",
     BF16_REPO: "The same model with bf16 master weights (about 4.8 GB download, converted here).",
-    DEMO_LABEL: "A tiny model trained on Shakespeare that ships with the app: works offline, continues the "
-                "text you give it, and was trained for block diffusion.",
 }
+
+
+def demo_description() -> str:
+    """The bundled demo model in one sentence. Its prompt file says whether it was trained on skills (the
+    current demo model) or on Shakespeare alone (the first one), so the sentence holds for the one shipped."""
+    skills = any(kind == "skill" for _, kind in suggestions.for_folder(demo_model_dir()))
+    if skills:
+        return ("A tiny chat model that ships with the app and runs offline, trained here for both decode modes on "
+                "short skills (counting, times tables, the alphabet, spelling…) and on Shakespeare. It is sure of "
+                "itself on the skills, where block diffusion fills several slots per forward; its Shakespeare is "
+                "style, not sense.")
+    return ("A tiny model trained on Shakespeare that ships with the app and runs offline: it continues the text "
+            "you give it (expect style, not sense) and was trained for block diffusion.")
+
+
+def describe(source: "Source") -> str:
+    """What the model behind `source` is, in a sentence or two."""
+    if source.label == DEMO_LABEL:
+        return demo_description()
+    if source.label in DESCRIPTIONS:
+        return DESCRIPTIONS[source.label]
+    if source.kind == "hub":
+        return "A Hugging Face repository, downloaded and converted for this CPU once."
+    if source.target.endswith(".bitnet"):
+        return "An engine file on this computer."
+    return "A checkpoint folder on this computer, converted for this CPU once."
 
 
 @dataclass(frozen=True)
@@ -27,6 +52,13 @@ class Source:
     @property
     def key(self) -> str:
         return f"{self.kind}:{self.target}"
+
+
+def folder_of(source: Source) -> str | None:
+    """The checkpoint folder behind `source` on this computer (its prompt file lives there), or None."""
+    if source.kind == "demo":
+        return demo_model_dir()
+    return source.target if source.kind == "folder" and os.path.isdir(source.target) else None
 
 
 def demo_available() -> bool:

@@ -7,7 +7,7 @@ message dicts, the messages list): the code grabs them before streaming and only
 
 A stored message is a plain dict:
     {"role": "user"|"assistant", "content": str,
-     # assistant only:
+     # assistant only: "id": a short unique string (keys of its widgets),
      "mode": "ar"|"diffusion", "stats": dict|None, "stop_reason": str|None, "stopped": bool,
      "trimmed": int (older messages left out to fit the context), "steps": [picture frames] (diffusion)}
 """
@@ -22,26 +22,67 @@ SIDEBAR_KNOBS = ("mode", "temperature", "top_p", "top_k", "repetition_penalty", 
                  "block_size", "sub_block_size", "threshold", "attention")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concisely."
 
-# key -> initial value (decode settings are re-seeded from each model's own defaults when it loads)
+# key -> initial value of the page's own state (never a widget key)
 DEFAULTS = {
     "messages": [],           # the chat history
     # the generation in progress: {"generating": bool (controls drawn disabled),
     #  "job": None | {"kind": "chat"} | {"kind": "compare", "prompt": str}}
     "run": {"generating": False, "job": None},
     "compare": None,          # the last compare run: {"prompt", "ar": message, "diffusion": message}
+    "defaults_for": None,     # the engine file whose defaults seeded the decode settings
+}
+
+# Widget key -> initial value: every setting a sidebar or page widget edits (the decode settings are re-seeded
+# from each model's own defaults when it loads). See init() for why they are kept twice.
+SETTINGS = {
+    "model_choice": None,     # None: the picker chooses its default before drawing
+    "custom_source": "",
+    "threads": 0,             # 0: all cores
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
     "slow_motion": False,     # chat replies drawn at a watchable pace (small models are faster than the eye)
-    "threads": 0,             # 0: all cores
-    "defaults_for": None,     # the engine file whose defaults seeded the decode settings
     **{name: KNOBS[name].default for name in SIDEBAR_KNOBS},  # None: the checkpoint's, set by seed_from_model
 }
+SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
+REPLAY = "replay_playing"     # {"key": the replay slider's key, "step": the step to show next} while one plays
 
 
 def init() -> None:
+    """Start of every full run: the page's state, and every setting handed to its widget before it is drawn.
+
+    Streamlit forgets a widget's value after any run that does not draw it (an error page, the picker's
+    "another model" with nothing typed yet, the other view). The browser then redraws the widget at its own
+    default, a slider's or number's minimum, and sends that back with the next interaction: Max new tokens 1,
+    Temperature 0, a one-token reply. So each setting also lives in a plain dict that Streamlit never drops,
+    and every run first takes the widget's latest value into it (when the widget has one), then gives the
+    widget its value from it (Streamlit's pattern for widget values that outlive their widget)."""
+    ss = st.session_state
     for key, value in DEFAULTS.items():
-        if key not in st.session_state:
-            st.session_state[key] = copy.deepcopy(value)
+        if key not in ss:
+            ss[key] = copy.deepcopy(value)
+    if SAVED not in ss:
+        ss[SAVED] = dict(SETTINGS)
+    for key, value in SETTINGS.items():
+        keep(key, value)
+    ss[REPLAY] = None  # a replay plays on in its own fragment's reruns only: any full run stops it
+
+
+def keep(key: str, default):
+    """Take widget `key`'s latest value into the saved settings (when it has one), then hand it back to the
+    widget before it is drawn; `default` when there is none yet. Returns the value (see init)."""
+    ss = st.session_state
+    saved = ss[SAVED]
+    if key in ss:
+        saved[key] = ss[key]  # the user's last edit, or a callback's
+    elif key not in saved:
+        saved[key] = default
+    ss[key] = saved[key]  # None too: an empty number input (a random seed), or no model chosen yet
+    return saved[key]
+
+
+def put(key: str, value) -> None:
+    """Change a setting (or any widget kept with keep) from code, before its widget is drawn in this run."""
+    st.session_state[key] = st.session_state[SAVED][key] = value
 
 
 def seed_from_model(model, engine_path: str) -> None:
@@ -49,18 +90,30 @@ def seed_from_model(model, engine_path: str) -> None:
     ss = st.session_state
     if ss.get("defaults_for") == engine_path:
         return
-    gen = model.generation_defaults
-    ss.temperature = round(float(gen["temperature"]), 2)
-    ss.top_p = round(float(gen["top_p"]), 2)
-    ss.top_k = int(gen["top_k"])
-    ss.repetition_penalty = round(float(gen["repetition_penalty"]), 2)
-    diff = model.diffusion_defaults
-    ss.block_size = int(diff["block_size"])
-    ss.sub_block_size = min(int(diff["sub_block_size"]), ss.block_size)
-    ss.threshold = float(diff["threshold"])
-    ss.attention = diff["attention"]
-    ss.max_new_tokens = min(int(ss.max_new_tokens), max(16, model.context_length // 2))
+    gen, diff = model.generation_defaults, model.diffusion_defaults
+    block = int(diff["block_size"])
+    for key, value in (("temperature", round(float(gen["temperature"]), 2)), ("top_p", round(float(gen["top_p"]), 2)),
+                       ("top_k", int(gen["top_k"])),
+                       ("repetition_penalty", round(float(gen["repetition_penalty"]), 2)),
+                       ("block_size", block), ("sub_block_size", min(int(diff["sub_block_size"]), block)),
+                       ("threshold", float(diff["threshold"])), ("attention", diff["attention"]),
+                       ("max_new_tokens", min(int(ss.max_new_tokens), max(16, model.context_length // 2)))):
+        put(key, value)
     ss.defaults_for = engine_path
+
+
+def uses_system_prompt(model) -> bool:
+    """Whether the model's chat template puts a system message into the prompt at all (some drop it)."""
+    user = [{"role": "user", "content": "Hello"}]
+    probe = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}]
+    return model.chat_ids(probe + user) != model.chat_ids(user)
+
+
+def system_prompt(model) -> str:
+    """The system prompt the model reads: the sidebar's, or "" when its chat template ignores system messages
+    (so it is neither shown as in use nor exported)."""
+    text = str(st.session_state.system_prompt or "").strip()
+    return text if text and uses_system_prompt(model) else ""
 
 
 def decode_params(mode: str | None = None) -> dict:
