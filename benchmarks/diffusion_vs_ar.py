@@ -23,7 +23,7 @@ bookkeeping, events; not the prefill or the block commits) divided by ms of one 
 counted), beside tokens per step; and the break-even: all of diffusion's time per step (prefill and
 commits included) over all of AR's time per token, the tokens per step at which diffusion's tokens/s
 equals AR's on this machine. Last, single steps timed alone (fastest of max(repeats, 20)), steadier than
-whole replies on a busy machine: an AR token, an exact step, a DualCache step (--steps-only: just these).
+whole replies on a busy machine: an AR token, a full-block step, a sub-block step (--steps-only: just these).
 """
 import argparse
 import json
@@ -34,8 +34,11 @@ DEFAULT_PROMPTS = "assets/demo-prompts.json"
 
 def load_prompts(path: str, limit: int | None) -> dict[str, list[str]]:
     """{"skills": [...], "open": [...]} -> the same, each list cut to `limit`; refuses another shape."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise SystemExit(f"no prompts file {path}: give --prompts-file, a JSON {{\"skills\": [...], \"open\": [...]}}")
     if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(t, str) for t in v)
                                              for v in data.values()):
         raise SystemExit(f"{path}: expected {{\"skills\": [...], \"open\": [...]}} with one user message per entry")
@@ -108,9 +111,11 @@ def run_set(model, texts, repeats: int, common: dict, dual_default: bool, attent
 
 def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> dict:
     """ms (the fastest of `repeats`; robust on a shared machine) of the pieces the decoders run, at a
-    given context length: one AR token (a 1-row forward + Sampler.token), one exact block-diffusion step
-    (all B slots as queries, logits of one sub-block's S rows, greedy sampling over them), one DualCache
-    step (S + 1 query slots against the block's scratch K/V); each with its forward alone."""
+    given context length: one AR token (a 1-row forward + Sampler.token); one full-block step (all B slots
+    as queries, logits of a sub-block's rows, greedy sampling over them: every step of the exact decoder
+    under block attention, the first step of each sub-block under DualCache); one sub-block step (S + 1
+    slots against the block's scratch K/V: DualCache's other steps; causal attention's other steps run S);
+    each with its forward alone."""
     import time
 
     import numpy as np
@@ -125,13 +130,13 @@ def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> 
     block = ids[position:position + 1] + [mask] * (B - 1)
     rows = list(range(S - 1))  # the masked slots 1 .. S-1 of the first sub-block, by token shift
     fw = dict(attention=attention, block_size=B, commit=False)
-    pieces = {
+    pieces = {  # the decoders' calls: see decode/diffusion.py _Run.query_span
         "ar": lambda: eng.forward(ids[position:position + 1], start=position, commit=False),
-        "exact": lambda: eng.forward(block, start=position, rows=rows, **fw),
-        "dual": lambda: eng.forward(block[S - 1:2 * S], start=position + S - 1, kv_end=position + B,
+        "block": lambda: eng.forward(block, start=position, rows=rows, **fw),
+        "sub_block": lambda: eng.forward(block[S - 1:2 * S], start=position + S - 1, kv_end=position + B,
                                     rows=range(S), **fw),  # the second sub-block's slots S-1 .. 2S-1
     }
-    samplers = {"ar": sampler.token, "exact": sampler, "dual": sampler}
+    samplers = {"ar": sampler.token, "block": sampler, "sub_block": sampler}
     out = {}
     for name, forward in pieces.items():
         forward()  # warm-up (and the scratch K/V the DualCache step reads)
@@ -146,7 +151,7 @@ def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> 
             whole.append(t2 - t0)
         out[name] = {"forward_ms": 1e3 * min(alone), "with_sampling_ms": 1e3 * min(whole)}
     eng.reset()
-    for name in ("exact", "dual"):
+    for name in ("block", "sub_block"):
         out[name]["over_ar"] = out[name]["with_sampling_ms"] / out["ar"]["with_sampling_ms"]
     return out
 
@@ -176,7 +181,8 @@ def print_single_steps(costs: dict, knobs: dict) -> None:
     B, S = knobs["block_size"], knobs["sub_block_size"]
     print(f"\nsingle steps at position 128 (fastest of the runs, ms; forward alone / with greedy sampling):")
     print(f"  AR token (1 row):                        {costs['ar']['forward_ms']:.3f} / {costs['ar']['with_sampling_ms']:.3f}")
-    for name, what in (("exact", f"{B} query slots, {S - 1} logit rows"), ("dual", f"DualCache, {S + 1} query slots, {S} logit rows")):
+    for name, what in (("block", f"full block, {B} query slots, {S - 1} logit rows"),
+                       ("sub_block", f"sub-block, {S + 1} query slots, {S} logit rows")):
         c = costs[name]
         print(f"  diffusion step ({what}): {c['forward_ms']:.3f} / {c['with_sampling_ms']:.3f} = {c['over_ar']:.2f}x an AR token")
 
@@ -199,7 +205,7 @@ def main(argv=None):
     from bitnet_app.params import KNOBS
 
     model = bitnet_app.load_model(args.model, threads=args.threads, lm_head=args.lm_head)
-    sets = load_prompts(args.prompts_file, args.limit)
+    sets = {} if args.steps_only else load_prompts(args.prompts_file, args.limit)
     knobs = {**model.diffusion_defaults, **({"attention": args.attention} if args.attention else {})}
     dual_default = KNOBS["dual_cache"].default
     common = {"temperature": 0.0}

@@ -244,4 +244,4 @@ def test_benchmark_reports_both_prompt_sets(dlm, tmp_path, capsys):
         assert default["tokens_per_step"] >= 1.0 and 0 <= dual["same_as_exact"] <= 1
         assert default["step_ms"] > default["step_forward_ms"] > 0 and default["ar_token_ms"] > 0
     steps = json.loads(out.read_text())["single_steps"]
-    assert {"ar", "exact", "dual"} <= set(steps) and steps["exact"]["with_sampling_ms"] > steps["exact"]["forward_ms"] > 0
+    assert {"ar", "block", "sub_block"} <= set(steps) and steps["block"]["with_sampling_ms"] > steps["block"]["forward_ms"] > 0
