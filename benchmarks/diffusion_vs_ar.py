@@ -18,6 +18,8 @@ included, never across a yield: Done.stats total_s and its parts).
 Reported per prompt set and setting: tokens per denoising step (all tokens / all steps), tokens per
 forward (block commits and prefill counted), the share of prompts whose whole reply equals AR's (and
 equals the exact decoder's, for DualCache), committed tokens/s and its ratio to AR's in the same run.
+Calibration: how often greedy AR with the other LM head (int8 / exact) gives the same whole reply; two
+decoders that differ only by the rounding of the logits part at near-ties, so this is a realistic ceiling.
 Then the product figure, per setting: ms of one denoising step as the app runs it (forward, sampling,
 bookkeeping, events; not the prefill or the block commits) divided by ms of one AR token (prefill not
 counted), beside tokens per step; and the break-even: all of diffusion's time per step (prefill and
@@ -95,9 +97,12 @@ def diffusion_row(name: str, dones, ar, exact=None) -> dict:
     return row
 
 
-def run_set(model, texts, repeats: int, common: dict, dual_default: bool, attention) -> dict:
+def run_set(model, twin, texts, repeats: int, common: dict, dual_default: bool, attention) -> dict:
+    """twin: the same model with the other LM head; its greedy AR replies calibrate the agreement columns
+    (how often two decoders that differ only by the rounding of the logits give the same whole reply)."""
     prompts = [model.chat_ids([{"role": "user", "content": t}]) for t in texts]
     ar = [fastest(model, p, repeats, mode="ar", **common) for p in prompts]
+    twin_ar = [fastest(twin, p, 1, mode="ar", **common) for p in prompts]
     diff = {}
     for dual in (dual_default, not dual_default):  # the app's setting first: it is the exact reference if off
         diff[dual] = [fastest(model, p, repeats, mode="diffusion", dual_cache=dual, attention=attention, **common)
@@ -106,7 +111,8 @@ def run_set(model, texts, repeats: int, common: dict, dual_default: bool, attent
     rows = [diffusion_row(name[dual] + (" (app default)" if dual == dual_default else ""), diff[dual], ar,
                           exact=None if not dual else diff[False]) for dual in (dual_default, not dual_default)]
     sample = {"prompt": texts[0], "ar": model.decode(ar[0].ids), "diffusion": model.decode(diff[dual_default][0].ids)}
-    return {"rows": rows, "sample": sample, "ar_tokens": sum(d.stats["tokens"] for d in ar)}
+    return {"rows": rows, "sample": sample, "ar_tokens": sum(d.stats["tokens"] for d in ar),
+            "other_head_same_as_ar": sum(a.ids == b.ids for a, b in zip(twin_ar, ar)) / len(ar)}
 
 
 def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> dict:
@@ -162,7 +168,8 @@ def print_report(header: str, results: dict) -> None:
         rows = res["rows"]
         r0 = rows[0]
         print(f"\n{set_name}: {r0['prompts']} prompts, AR {res['ar_tokens']} tokens at {r0['ar_tok_s']:.1f} tok/s "
-              f"({r0['ar_token_ms']:.3f} ms per AR token, engine {r0['ar_token_forward_ms']:.3f})\n")
+              f"({r0['ar_token_ms']:.3f} ms per AR token, engine {r0['ar_token_forward_ms']:.3f}); AR with the other "
+              f"LM head gives the same whole reply on {100 * res['other_head_same_as_ar']:.0f}% of them\n")
         print("| setting | tokens / step | tokens / forward | reply = AR | reply = exact decoder | tok/s | vs AR "
               "| step ms (forward + sampling + other) | step / AR token | commits ms per step | break-even tokens / step |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -215,8 +222,13 @@ def main(argv=None):
     fastest(model, model.chat_ids([{"role": "user", "content": "Hello"}]), 1, mode="diffusion", **common)  # warm-up
 
     costs = single_step_costs(model, knobs, repeats=max(args.repeats, 20))
-    results = {} if args.steps_only else {name: run_set(model, texts, args.repeats, common, dual_default, args.attention)
-                                          for name, texts in sets.items()}
+    results = {}
+    if not args.steps_only:
+        other = "exact" if args.lm_head == "int8" else "int8"
+        twin = bitnet_app.load_model(args.model, threads=args.threads, lm_head=other)
+        results = {name: run_set(model, twin, texts, args.repeats, common, dual_default, args.attention)
+                   for name, texts in sets.items()}
+        twin.close()
     info = model.info()
     header = (f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, context {info['context']}, "
               f"{info['isa']}, {info['threads']} threads, {args.lm_head} head; greedy, block {knobs['block_size']}, "
