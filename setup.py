@@ -57,6 +57,8 @@ engine = Extension(
     "bitnet_app._engine",
     sources=[os.path.join(KERNELS, "engine.pyx")],
     include_dirs=[KERNELS, np.get_include()],
+    # every C file and header: the module is relinked when any changes (its objects are compiled above)
+    depends=sorted(os.path.join(KERNELS, f) for f in os.listdir(KERNELS) if f.endswith((".c", ".h"))),
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=["-O2"],
     extra_link_args=["-pthread", "-lm"],

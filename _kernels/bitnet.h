@@ -46,6 +46,7 @@ typedef struct {
 typedef struct bn_engine bn_engine;
 
 /* exact_head: 1 = bf16 embedding as the head, 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
+ * n_threads: 1 to 256, the calling thread included (more is an error, not a crash).
  * isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
 bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
@@ -60,5 +61,18 @@ int bn_engine_threads(const bn_engine *e);
  * attention: 0 causal, 1 block (block_size B). Returns 0, or -1 with a message in err. */
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen);
+
+/* Development timing, off by default (one branch per stage when off). While on, every forward adds the
+ * calling thread's wall time per part: the items it ran of each stage (the residual add of the previous
+ * matrix is part of the next norm); BN_PART_SYNC is its time waiting for the other threads to finish a
+ * stage, and opening and closing the forward's job; BN_PART_TOTAL is the whole bn_forward call. */
+enum bn_part {
+    BN_PART_EMBED, BN_PART_ATTN_NORM, BN_PART_QKV, BN_PART_ROPE_KV, BN_PART_ATTENTION, BN_PART_SUB_NORM_ATTN,
+    BN_PART_O, BN_PART_FFN_NORM, BN_PART_GATE_UP, BN_PART_SUB_NORM_FFN, BN_PART_DOWN, BN_PART_HEAD_NORM,
+    BN_PART_HEAD, BN_PART_OUTPUT, BN_PART_SYNC, BN_PART_TOTAL, BN_PART_COUNT
+};
+void bn_engine_set_profile(bn_engine *e, int on); /* on or off; zeroes the totals */
+const double *bn_engine_profile(const bn_engine *e); /* BN_PART_COUNT totals in seconds */
+const char *bn_part_name(int part);                  /* NULL outside [0, BN_PART_COUNT) */
 
 #endif

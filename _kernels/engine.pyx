@@ -8,6 +8,9 @@ from libc.stdlib cimport malloc, free
 
 cnp.import_array()
 
+cdef extern from "pool.h":
+    int BN_POOL_MAX_THREADS
+
 cdef extern from "bitnet.h":
     ctypedef struct bn_ternary:
         const uint8_t *codes
@@ -37,6 +40,10 @@ cdef extern from "bitnet.h":
     int bn_engine_threads(const bn_engine *e)
     int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                    int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen) nogil
+    int BN_PART_COUNT
+    void bn_engine_set_profile(bn_engine *e, int on)
+    const double *bn_engine_profile(const bn_engine *e)
+    const char *bn_part_name(int part)
 
 
 cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
@@ -63,7 +70,10 @@ cdef class CEngine:
         self.e = NULL
         self.layers = NULL
 
-    def __init__(self, ef, bint exact_head, bint kv16, int threads, isa, int ctx):
+    def __init__(self, ef, bint exact_head, bint kv16, threads, isa, int ctx):
+        if not 1 <= threads <= BN_POOL_MAX_THREADS:  # checked here too: ints beyond C's range included
+            raise ValueError(f"thread count {threads} is out of range: use 1 to {BN_POOL_MAX_THREADS} "
+                             "(the number of CPU cores is a good choice)")
         cfg = ef.config
         t = ef.tensors
         cdef bn_model m
@@ -128,6 +138,16 @@ cdef class CEngine:
     @property
     def threads(self):
         return bn_engine_threads(self.e)
+
+    def set_profile(self, bint on):
+        """Development timing (benchmarks/forward_breakdown.py): on zeroes the per-part totals and starts
+        adding to them at every forward; off stops (the default, one branch per stage)."""
+        bn_engine_set_profile(self.e, on)
+
+    def profile(self):
+        """{part name: seconds} added since set_profile(True); "total" is the whole C call."""
+        cdef const double *p = bn_engine_profile(self.e)
+        return {bn_part_name(i).decode(): p[i] for i in range(BN_PART_COUNT)}
 
     def forward(self, cnp.ndarray[int32_t, ndim=1, mode="c"] tokens, int start, int kv_end, int attention,
                 int block_size, cnp.ndarray[int32_t, ndim=1, mode="c"] rows,

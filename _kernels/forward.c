@@ -1,31 +1,89 @@
 /* The BitNet b1.58 forward pass: all layers in one call, for a batch of T tokens.
  *
- * Per layer (reference: transformers BitNetDecoderLayer, fp32):
- *   a = rmsnorm(x) * attn_norm                      (T, D)
- *   q|k|v = ternary(qkv) @ quant8(a)                 (T, H*hd + 2*G*hd); RoPE half-split on q, k
- *   K/V of the batch -> cache[start .. start+T)      (L, C, G*hd) float32
- *   o = attention(q, cache keys [0, kv_end) under the causal or block mask)   (T, D)
- *   x += ternary(o_proj) @ quant8(rmsnorm(o) * attn_sub_norm)
- *   b = rmsnorm(x) * ffn_norm; g|u = ternary(gate_up) @ quant8(b)            (T, 2I)
+ * One layer (reference: transformers BitNetDecoderLayer, fp32), shapes per batch of T tokens:
+ *   a = rmsnorm(x) * attn_norm                                          x, a (T, D)
+ *   q|k|v = ternary(qkv) @ quant8(a); RoPE (half split) on q and k      qkv (T, H*hd + 2*G*hd)
+ *   k, v -> KV cache at positions start .. start+T-1                    cache (L, C, G*hd), fp16 or fp32
+ *   o = softmax(q k^T / sqrt(hd)) v over cache keys [0, kv_end) visible to each query (causal or block mask)
+ *                                                                       att (T, D)
+ *   x += ternary(o_proj) @ quant8(rmsnorm(o) * attn_sub_norm)            proj (T, D)
+ *   g|u = ternary(gate_up) @ quant8(rmsnorm(x) * ffn_norm)               gu (T, 2I)
  *   x += ternary(down) @ quant8(rmsnorm(relu(g)^2 * u) * ffn_sub_norm)
- * Final: logits[rows] = head(rmsnorm(x[rows]) * norm), head = int8 tiles (default) or bf16 embed (exact).
+ * Final: logits[rows] = head(rmsnorm(x[rows]) * norm), head = int8 tiles (default) or the bf16 embedding (exact).
  *
  * quant8: per token, scale = 127 / max|x| (max clamped to 1e-5), q = round-half-even(x * scale) in
  * [-128, 127]; the int32 dot products are multiplied back by 1/scale and the per-row weight multiplier.
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
+ *
+ * Threads: a forward is ONE job of the pool (pool.h): a fixed list of stages (10 per layer, 2 for the head),
+ * each split into items (tokens, row tiles of a matrix, (token, kv head) pairs) that threads take from the
+ * stage's atomic counter. A thread that finds no item left waits until the stage's items are all done, then
+ * goes on to the next stage. Workers that join late skip the finished stages; a worker the OS has not
+ * scheduled never holds anyone up (it has taken no item).
  */
 #include <math.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bitnet.h"
 #include "kernels.h"
 #include "pool.h"
 
-
 #define ROUND16(n) (((n) + 15) / 16 * 16)
+/* A matrix product runs over the batch in slices of at most MATMUL_SLICE tokens, so a slice's activations
+ * (at most 32 x Kp bytes, 221 KB for the 2B model's down_proj) stay in L2 while the weight tiles stream past. */
+#define MATMUL_SLICE 32
+/* Row tiles are shared out in chunks, about CHUNKS_PER_THREAD per thread and slice: a thread the OS
+ * descheduled delays the stage by at most one chunk, and each chunk streams contiguous memory. */
+#define CHUNKS_PER_THREAD 8
+
+/* The stages of one layer, in order; the item of each is given in brackets. */
+typedef enum {
+    STAGE_ATTN_NORM, /* [token] x += proj (the previous layer's down_proj); xq = quant8(rmsnorm(x) * attn_norm) */
+    STAGE_QKV,       /* [row tiles] qkv = ternary(qkv) @ xq */
+    STAGE_ROPE_KV,   /* [token] RoPE on its q and k heads; its k, v -> the cache at its position */
+    STAGE_ATTENTION, /* [token, kv head] att = attention of the group's query heads over the visible keys */
+    STAGE_ATTN_SUB,  /* [token] xq = quant8(rmsnorm(att) * attn_sub_norm) */
+    STAGE_O,         /* [row tiles] proj = ternary(o) @ xq */
+    STAGE_FFN_NORM,  /* [token] x += proj; xq = quant8(rmsnorm(x) * ffn_norm) */
+    STAGE_GATE_UP,   /* [row tiles] gu = ternary(gate_up) @ xq */
+    STAGE_FFN_SUB,   /* [token] gate := relu(gate)^2 * up; xq = quant8(rmsnorm(gate) * ffn_sub_norm) */
+    STAGE_DOWN,      /* [row tiles] proj = ternary(down) @ xq */
+    STAGES_PER_LAYER
+} layer_stage;
+
+/* After the last layer. */
+typedef enum {
+    STAGE_HEAD_NORM, /* [logit row] x[row] + proj[row] -> final norm (and quant8 for the int8 head) */
+    STAGE_HEAD,      /* [row tiles, or vocabulary rows for the exact head] logits = head @ normed rows */
+    HEAD_STAGES
+} head_stage;
+
+typedef enum { KIND_TOKENS, KIND_TERNARY, KIND_ATTENTION, KIND_INT8_HEAD, KIND_EXACT_HEAD } stage_kind;
+
+/* One stage of the running forward: its items and the counters the threads share (own cache line each). */
+typedef struct {
+    alignas(64) atomic_int next; /* next item to take */
+    atomic_int done;             /* items finished */
+    int n_items;
+    stage_kind kind;
+    const bn_ternary *w;         /* KIND_TERNARY: the matrix */
+    float *y;                    /* matrix stages: output (T, ldy) */
+    int T;                       /* matrix stages: input rows (the batch, or the logit rows for the head) */
+    int ldy, kp;                 /* output row stride; padded K of the quantized input rows */
+    int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
+} stage;
+
+/* The arguments of the running forward (read by every thread of the job). */
+typedef struct {
+    int T, start, kv_end, block; /* block: 0 causal, else the block size of block attention */
+    const int32_t *rows;         /* logit rows (n_rows) */
+    int n_rows;
+} forward_args;
 
 struct bn_engine {
     bn_model m;
@@ -33,148 +91,127 @@ struct bn_engine {
     const bn_kernels *k;
     bn_pool *pool;
     int exact_head, ctx;
-    int dp, ip, qkv_np, gu_np, vp; /* padded sizes */
+    int dp, ip, qkv_np, gu_np, vp; /* padded sizes: D, I, H*hd + 2*G*hd, 2I, V rounded up to 16 */
     int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
     int kv16;                      /* 1: the KV cache holds IEEE half (fp16), 0: float32 */
     void *k_cache, *v_cache;       /* (L, C, G*hd) of fp16 or float32 */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
-    /* scratch, sized for cap_t tokens and cap_rows logit rows */
+    /* scratch, sized for cap_t tokens and cap_rows logit rows (grown, never shrunk) */
     int cap_t, cap_rows;
-    float *x, *xn, *qkv, *att, *proj, *gu, *scores, *logit_buf;
-    int8_t *xq;
-    int32_t *xsum;
-    float *xinv;
+    float *x;         /* (T, D) the residual stream */
+    float *xn;        /* (T, max(Dp, Ip)) a normed row before quant8; the exact head's normed rows (n_rows, D) */
+    float *qkv;       /* (T, qkv_np) */
+    float *att;       /* (T, D) attention output; the final rows (n_rows, D) before the head */
+    float *proj;      /* (T, Dp) o_proj and down_proj outputs, added to x by the next stage */
+    float *gu;        /* (T, gu_np) [gate | up]; relu(gate)^2 * up overwrites the gate half */
+    float *scores;    /* (threads, H/G, C) attention scores of each thread's current (token, kv head) */
+    float *logit_buf; /* (rows, Vp) the head's output before the copy to the caller's (rows, V) */
+    int8_t *xq;       /* (T, max(Dp, Ip)) quant8 rows, at stride Kp of the matrix that reads them */
+    int32_t *xsum;    /* (T,) sum of each quant8 row */
+    float *xinv;      /* (T,) 1 / quant8 scale of each row */
+    /* the running forward */
+    forward_args fa;
+    stage *stages; /* (L * STAGES_PER_LAYER + HEAD_STAGES) */
+    int n_stages;
+    /* development timing (bn_engine_set_profile): seconds per part, added by the calling thread */
+    int profiling;
+    double prof[BN_PART_COUNT];
+    double worker_span[2]; /* when the calling thread entered and left forward_worker */
 };
 
 static void set_err(char *err, int errlen, const char *msg) {
     if (err && errlen > 0) snprintf(err, (size_t)errlen, "%s", msg);
 }
 
-/* ---------------------------------------------------------------- small fp32 blocks */
+/* ---------------------------------------------------------------- development timing */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static const char *const PART_NAMES[BN_PART_COUNT] = {
+    [BN_PART_EMBED] = "embed", [BN_PART_ATTN_NORM] = "residual+attn_norm+quant", [BN_PART_QKV] = "qkv_proj",
+    [BN_PART_ROPE_KV] = "rope+kv_write", [BN_PART_ATTENTION] = "attention",
+    [BN_PART_SUB_NORM_ATTN] = "attn_sub_norm+quant", [BN_PART_O] = "o_proj",
+    [BN_PART_FFN_NORM] = "residual+ffn_norm+quant", [BN_PART_GATE_UP] = "gate_up_proj",
+    [BN_PART_SUB_NORM_FFN] = "relu2*up+ffn_sub_norm+quant", [BN_PART_DOWN] = "down_proj",
+    [BN_PART_HEAD_NORM] = "residual+final_norm+quant", [BN_PART_HEAD] = "lm_head", [BN_PART_OUTPUT] = "copy_logits",
+    [BN_PART_SYNC] = "thread_dispatch+wait", [BN_PART_TOTAL] = "total",
+};
+
+const char *bn_part_name(int part) { return part >= 0 && part < BN_PART_COUNT ? PART_NAMES[part] : NULL; }
+
+void bn_engine_set_profile(bn_engine *e, int on) {
+    e->profiling = on;
+    memset(e->prof, 0, sizeof e->prof);
+}
+
+const double *bn_engine_profile(const bn_engine *e) { return e->prof; }
+
+static const int LAYER_PART[STAGES_PER_LAYER] = {
+    [STAGE_ATTN_NORM] = BN_PART_ATTN_NORM, [STAGE_QKV] = BN_PART_QKV, [STAGE_ROPE_KV] = BN_PART_ROPE_KV,
+    [STAGE_ATTENTION] = BN_PART_ATTENTION, [STAGE_ATTN_SUB] = BN_PART_SUB_NORM_ATTN, [STAGE_O] = BN_PART_O,
+    [STAGE_FFN_NORM] = BN_PART_FFN_NORM, [STAGE_GATE_UP] = BN_PART_GATE_UP,
+    [STAGE_FFN_SUB] = BN_PART_SUB_NORM_FFN, [STAGE_DOWN] = BN_PART_DOWN,
+};
+
+static int part_of_stage(const bn_engine *e, int s) {
+    const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
+    if (s < layer_stages) return LAYER_PART[s % STAGES_PER_LAYER];
+    return s - layer_stages == STAGE_HEAD_NORM ? BN_PART_HEAD_NORM : BN_PART_HEAD;
+}
+
+/* ---------------------------------------------------------------- per-token stages */
 
 static float bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
 }
 
-/* One token row: xn = rmsnorm(x) * w (LlamaRMSNorm, fp32), then quant8(xn) into xq row t. */
+/* Token row t of xq (stride kp) = quant8(rmsnorm(x) * w) (LlamaRMSNorm in fp32), with its sum and 1/scale. */
 static void norm_quant_row(bn_engine *e, const float *x, const float *w, int n, int kp, int t) {
     const bn_kernels *k = e->k;
+    int8_t *q = e->xq + (size_t)t * kp;
     float *xn = e->xn + (size_t)t * e->xn_ld;
+    if (k->norm_quant) { /* the same operations, fused into fewer passes */
+        e->xsum[t] = k->norm_quant(x, w, n, kp, e->m.eps, xn, q, &e->xinv[t]);
+        return;
+    }
     const float inv = 1.0f / sqrtf(k->sumsq(x, n) / (float)n + e->m.eps);
     k->norm_apply(x, inv, w, xn, n);
     float m = k->absmax(xn, n);
     if (m < 1e-5f) m = 1e-5f;
     const float scale = 127.0f / m;
-    e->xsum[t] = k->quantize(xn, n, kp, scale, e->xq + (size_t)t * kp);
+    e->xsum[t] = k->quantize(xn, n, kp, scale, q);
     e->xinv[t] = 1.0f / scale;
 }
 
-/* ---------------------------------------------------------------- parallel jobs */
-
-/* Work is shared out in chunks taken from an atomic counter rather than fixed halves, so that a
- * thread the OS descheduled (a busy desktop, the Streamlit server) delays the forward by at most
- * one chunk. Chunks are contiguous runs of rows, so each thread still streams memory in order. */
-#define CHUNKS_PER_THREAD 8
-
-typedef struct {
-    bn_engine *e;
-    int kind; /* 0 ternary, 1 int8 head, 2 bf16 head */
-    const bn_ternary *w;
-    int T, n_units; /* tiles of 16 rows (kinds 0, 1) or rows (kind 2) */
-    const float *xf;
-    float *y;
-    int ldy;
-    int chunk;
-    atomic_int next;
-    const int8_t *xq; /* quantized activations (T, Kp) and their sums and 1/scales: kinds 0 and 1 */
-    const int32_t *xsum;
-    const float *xinv;
-} matmul_job;
-
-static void matmul_chunk(const matmul_job *j, int u0, int u1);
-
-static void matmul_worker(void *arg, int t, int n) { /* any number of threads may run it */
-    (void)t; (void)n;
-    matmul_job *j = arg;
-    for (;;) {
-        const int u0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (u0 >= j->n_units) return;
-        matmul_chunk(j, u0, u0 + j->chunk < j->n_units ? u0 + j->chunk : j->n_units);
+/* x (hd) rotated in place at position pos: pairs (i, i + hd/2) */
+static void rope(const bn_engine *e, float *x, int pos) {
+    const int half = e->m.head_dim / 2;
+    const float *c = e->rope_cos + (size_t)pos * half, *s = e->rope_sin + (size_t)pos * half;
+    for (int i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c[i] - b * s[i];
+        x[i + half] = b * c[i] + a * s[i];
     }
 }
 
-static void run_matmul(bn_engine *e, matmul_job *j) {
-    const int n = bn_pool_size(e->pool);
-    j->chunk = j->n_units / (n * CHUNKS_PER_THREAD);
-    j->chunk += j->chunk & 1; /* even: the kernels take row tiles in pairs */
-    if (j->chunk < 2) j->chunk = 2;
-    atomic_init(&j->next, 0);
-    bn_pool_run(e->pool, matmul_worker, j);
-}
-
-static void matmul_chunk(const matmul_job *j, int u0, int u1) {
-    const bn_engine *e = j->e;
-    if (j->kind == 0) {
-        e->k->ternary_matmul(j->w->codes, ROUND16(j->w->k), j->w->scale, j->xq, j->xsum, j->xinv, j->T, u0 * 16,
-                             u1 * 16, j->y, j->ldy);
-    } else if (j->kind == 1) {
-        e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, j->xq, j->xinv, j->T, u0 * 16,
-                          u1 * 16, j->y, j->ldy);
-    } else {
-        e->k->bf16_matmul(e->m.embed, e->m.dim, j->xf, j->T, u0, u1, j->y, j->ldy);
-    }
-}
-
-/* y (T, Np) = W @ quant8 rows already in e->xq. Batches run in slices of MATMUL_SLICE tokens, so the
- * slice's activations (at most 32 x Kp bytes, 221 KB for the FFN down projection) stay in L2 while
- * every weight tile streams past them; weights are re-read once per slice. */
-#define MATMUL_SLICE 32
-
-static void ternary(bn_engine *e, const bn_ternary *w, int T, float *y, int ldy) {
-    const int kp = ROUND16(w->k);
-    for (int t0 = 0; t0 < T; t0 += MATMUL_SLICE) {
-        matmul_job j = {e, 0, w, T - t0 < MATMUL_SLICE ? T - t0 : MATMUL_SLICE, ROUND16(w->n) / 16, NULL,
-                        y + (size_t)t0 * ldy, ldy};
-        j.xq = e->xq + (size_t)t0 * kp;
-        j.xsum = e->xsum + t0;
-        j.xinv = e->xinv + t0;
-        run_matmul(e, &j);
-    }
-}
-
-/* The per-token work between the matrix products, fused into one pass each and shared out by token
- * (a single token stays on the calling thread). */
-enum {
-    ST_ATTN_IN,  /* [x += proj of the previous layer's down] ; quant8(rmsnorm(x) * attn_norm) */
-    ST_ROPE_KV,  /* RoPE on q and k; k, v -> cache at the token's position */
-    ST_SUB_ATTN, /* quant8(rmsnorm(att) * attn_sub_norm) */
-    ST_FFN_IN,   /* x += proj (o_proj); quant8(rmsnorm(x) * ffn_norm) */
-    ST_SUB_FFN,  /* h = relu(g)^2 * u; quant8(rmsnorm(h) * ffn_sub_norm) */
-    ST_RESIDUAL, /* x += proj (down_proj) */
-};
-
-typedef struct {
-    bn_engine *e;
-    int layer, stage, start;
-    int T;
-    atomic_int next; /* next token to take */
-} token_job;
-
-static void rope(const bn_engine *e, float *x, int pos);
-
-static void token_stage(bn_engine *e, int l, int stage, int start, int t) {
+static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
     const bn_model *m = &e->m;
     const bn_layer *ly = &e->layers[l];
     const int D = m->dim, I = m->hidden, hd = m->head_dim, kvd = m->n_kv_heads * hd;
     float *x = e->x + (size_t)t * D, *proj = e->proj + (size_t)t * e->dp;
-    switch (stage) {
-        case ST_ATTN_IN:
+    switch (s) {
+        case STAGE_ATTN_NORM:
+            if (l > 0) e->k->add(x, proj, D);
             norm_quant_row(e, x, ly->attn_norm, D, e->dp, t);
             break;
-        case ST_ROPE_KV: {
-            float *row = e->qkv + (size_t)t * e->qkv_np;
-            const int pos = start + t;
+        case STAGE_ROPE_KV: {
+            float *row = e->qkv + (size_t)t * e->qkv_np; /* [q (H*hd) | k (G*hd) | v (G*hd)] */
+            const int pos = e->fa.start + t;
             for (int h = 0; h < m->n_heads + m->n_kv_heads; h++) rope(e, row + h * hd, pos); /* q heads, then k */
             const size_t at = ((size_t)l * e->ctx + pos) * kvd;
             if (e->kv16) {
@@ -186,90 +223,200 @@ static void token_stage(bn_engine *e, int l, int stage, int start, int t) {
             }
             break;
         }
-        case ST_SUB_ATTN:
+        case STAGE_ATTN_SUB:
             norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t);
             break;
-        case ST_FFN_IN:
+        case STAGE_FFN_NORM:
             e->k->add(x, proj, D);
             norm_quant_row(e, x, ly->ffn_norm, D, e->dp, t);
             break;
-        case ST_SUB_FFN: {
-            float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)]; h overwrites the gate half */
+        case STAGE_FFN_SUB: {
+            float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)] */
             e->k->relu2_mul(g, g + I, g, I);
             norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t);
             break;
         }
         default:
-            e->k->add(x, proj, D);
+            break;
     }
 }
 
-static void token_worker(void *arg, int th, int nth) {
-    (void)th; (void)nth;
-    token_job *j = arg;
-    for (int t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->T;)
-        token_stage(j->e, j->layer, j->stage, j->start, t);
-}
+/* ---------------------------------------------------------------- attention */
 
-static void run_tokens(bn_engine *e, int l, int stage, int start, int T) {
-    if (T < 2) {
-        for (int t = 0; t < T; t++) token_stage(e, l, stage, start, t);
-        return;
+/* The generic attention of one GQA group (the reference, and the path of kernel tables without `attend`):
+ * scores = q . k * scale, softmax (exp, divide), out = sum of score * v, through the table's vector ops. */
+static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, const void *kc, const void *vc,
+                           size_t ld, int kv16, int n_keys, float scale, float *sc, float *out) {
+    const float *kf = kc, *vf = vc;
+    const uint16_t *kh = kc, *vh = vc;
+    for (int s = 0; s < n_keys; s++)
+        for (int h = 0; h < nq; h++)
+            sc[(size_t)h * n_keys + s] =
+                (kv16 ? k->dot_f16(q + h * hd, kh + s * ld, hd) : k->dot(q + h * hd, kf + s * ld, hd)) * scale;
+    for (int h = 0; h < nq; h++) { /* softmax per head, in place */
+        float *row = sc + (size_t)h * n_keys, mx = -INFINITY, sum = 0.0f;
+        for (int s = 0; s < n_keys; s++) mx = row[s] > mx ? row[s] : mx;
+        for (int s = 0; s < n_keys; s++) { row[s] = expf(row[s] - mx); sum += row[s]; }
+        for (int s = 0; s < n_keys; s++) row[s] /= sum; /* divide, as softmax does */
     }
-    token_job j = {e, l, stage, start, T, 0};
-    bn_pool_run(e->pool, token_worker, &j);
+    memset(out, 0, sizeof(float) * (size_t)nq * hd);
+    for (int s = 0; s < n_keys; s++)
+        for (int h = 0; h < nq; h++) {
+            if (kv16) k->axpy_f16(sc[(size_t)h * n_keys + s], vh + s * ld, out + h * hd, hd);
+            else k->axpy(sc[(size_t)h * n_keys + s], vf + s * ld, out + h * hd, hd);
+        }
 }
 
-typedef struct {
-    bn_engine *e;
-    int layer, T, start, kv_end, block;
-    atomic_int next; /* next (token, kv head) pair to take */
-} attn_job;
-
-/* One (token, kv head) pair at a time: the `group` query heads that share a K/V head are done together,
- * so each cached K and V row is read once per group (GQA), not once per query head. */
-static void attention_worker(void *arg, int th, int nth) {
-    (void)nth;
-    attn_job *j = arg;
-    bn_engine *e = j->e;
+/* Item p = (token t, kv head g): the `group` query heads that share K/V head g, together, so each cached
+ * K and V row is read once per group. The visible keys are a prefix [0, end) of the cache. */
+static void attention_item(bn_engine *e, int l, int p, int thread) {
     const bn_model *m = &e->m;
-    const int hd = m->head_dim, kvd = m->n_kv_heads * hd, group = m->n_heads / m->n_kv_heads;
+    const int hd = m->head_dim, G = m->n_kv_heads, kvd = G * hd, group = m->n_heads / G;
+    const int t = p / G, g = p % G, pos = e->fa.start + t;
+    int end = e->fa.block > 0 ? (pos / e->fa.block + 1) * e->fa.block : pos + 1; /* block or causal mask */
+    if (end > e->fa.kv_end) end = e->fa.kv_end;
+    const size_t elem = e->kv16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t off = ((size_t)l * e->ctx * kvd + (size_t)g * hd) * elem; /* layer l, head g, position 0 */
+    const void *kc = (const char *)e->k_cache + off, *vc = (const char *)e->v_cache + off;
+    const float *q = e->qkv + (size_t)t * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
+    float *out = e->att + (size_t)t * m->dim + (size_t)g * group * hd;
+    float *sc = e->scores + (size_t)thread * group * e->ctx;
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t layer_off = (size_t)j->layer * e->ctx * kvd;
-    const float *kc = (const float *)e->k_cache + layer_off, *vc = (const float *)e->v_cache + layer_off;
-    const uint16_t *kh = (const uint16_t *)e->k_cache + layer_off, *vh = (const uint16_t *)e->v_cache + layer_off;
-    float *sc = e->scores + (size_t)th * group * e->ctx; /* (group, ctx) scores of this thread */
-    const int pairs = j->T * m->n_kv_heads;
-    for (;;) {
-        const int p = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (p >= pairs) break;
-        const int t = p / m->n_kv_heads, g = p % m->n_kv_heads;
-        const int pos = j->start + t;
-        /* visible keys are a prefix [0, end): causal up to pos, block up to the end of pos's block */
-        int end = j->block > 0 ? (pos / j->block + 1) * j->block : pos + 1;
-        if (end > j->kv_end) end = j->kv_end;
-        const float *q = e->qkv + (size_t)t * e->qkv_np + (size_t)g * group * hd; /* group heads, contiguous */
-        float *out = e->att + (size_t)t * m->dim + (size_t)g * group * hd;
-        for (int s = 0; s < end; s++) {
-            const size_t kr = (size_t)s * kvd + (size_t)g * hd;
-            for (int h = 0; h < group; h++)
-                sc[(size_t)h * end + s] = (e->kv16 ? e->k->dot_f16(q + h * hd, kh + kr, hd) : e->k->dot(q + h * hd, kc + kr, hd)) * scale;
+    if (!e->k->attend || !e->k->attend(q, group, hd, kc, vc, (size_t)kvd, e->kv16, end, scale, sc, out))
+        attend_generic(e->k, q, group, hd, kc, vc, (size_t)kvd, e->kv16, end, scale, sc, out);
+}
+
+/* ---------------------------------------------------------------- matrix stages */
+
+/* Item i of a matrix stage: token slice i / chunks_per_slice, row units [u0, u1) of chunk i % chunks_per_slice
+ * (units: tiles of 16 rows, or single rows for the exact head). */
+static void matmul_item(bn_engine *e, const stage *st, int i) {
+    const int slice = i / st->chunks_per_slice, t0 = slice * MATMUL_SLICE;
+    const int rows = st->T - t0 < MATMUL_SLICE ? st->T - t0 : MATMUL_SLICE;
+    const int units = st->kind == KIND_EXACT_HEAD ? e->m.vocab
+                      : st->kind == KIND_INT8_HEAD ? e->vp / 16 : ROUND16(st->w->n) / 16;
+    const int u0 = (i % st->chunks_per_slice) * st->chunk, u1 = u0 + st->chunk < units ? u0 + st->chunk : units;
+    float *y = st->y + (size_t)t0 * st->ldy;
+    const int8_t *xq = e->xq + (size_t)t0 * st->kp;
+    switch (st->kind) {
+        case KIND_TERNARY:
+            e->k->ternary_matmul(st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16,
+                                 u1 * 16, y, st->ldy);
+            break;
+        case KIND_INT8_HEAD:
+            e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, xq, e->xinv + t0, rows,
+                              u0 * 16, u1 * 16, y, st->ldy);
+            break;
+        case KIND_EXACT_HEAD:
+            e->k->bf16_matmul(e->m.embed, e->m.dim, e->xn + (size_t)t0 * e->m.dim, rows, u0, u1, y, st->ldy);
+            break;
+        default:
+            break;
+    }
+}
+
+/* ---------------------------------------------------------------- the stage list of one forward */
+
+static void set_token_stage(stage *st, int n_items) { *st = (stage){.n_items = n_items, .kind = KIND_TOKENS}; }
+
+static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
+                             float *y, int ldy, int kp) {
+    int chunk = units / (bn_pool_size(e->pool) * CHUNKS_PER_THREAD);
+    if (kind != KIND_EXACT_HEAD) chunk += chunk & 1; /* even: the SIMD kernels take row tiles in pairs */
+    if (chunk < 2) chunk = 2;
+    const int per_slice = (units + chunk - 1) / chunk, slices = (T + MATMUL_SLICE - 1) / MATMUL_SLICE;
+    *st = (stage){.n_items = per_slice * slices, .kind = kind, .w = w, .y = y, .T = T, .ldy = ldy, .kp = kp,
+                  .chunk = chunk, .chunks_per_slice = per_slice};
+}
+
+static void plan_forward(bn_engine *e) {
+    const bn_model *m = &e->m;
+    const int T = e->fa.T;
+    for (int l = 0; l < m->n_layers; l++) {
+        const bn_layer *ly = &e->layers[l];
+        stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
+        set_token_stage(&s[STAGE_ATTN_NORM], T);
+        set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
+        set_token_stage(&s[STAGE_ROPE_KV], T);
+        s[STAGE_ATTENTION] = (stage){.n_items = T * m->n_kv_heads, .kind = KIND_ATTENTION};
+        set_token_stage(&s[STAGE_ATTN_SUB], T);
+        set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
+        set_token_stage(&s[STAGE_FFN_NORM], T);
+        set_matmul_stage(e, &s[STAGE_GATE_UP], KIND_TERNARY, &ly->gate_up, e->gu_np / 16, T, e->gu, e->gu_np, e->dp);
+        set_token_stage(&s[STAGE_FFN_SUB], T);
+        set_matmul_stage(e, &s[STAGE_DOWN], KIND_TERNARY, &ly->down, e->dp / 16, T, e->proj, e->dp, e->ip);
+    }
+    stage *h = e->stages + (size_t)m->n_layers * STAGES_PER_LAYER;
+    const int R = e->fa.n_rows;
+    set_token_stage(&h[STAGE_HEAD_NORM], R);
+    if (e->exact_head) set_matmul_stage(e, &h[STAGE_HEAD], KIND_EXACT_HEAD, NULL, m->vocab, R, e->logit_buf, e->vp, 0);
+    else set_matmul_stage(e, &h[STAGE_HEAD], KIND_INT8_HEAD, NULL, e->vp / 16, R, e->logit_buf, e->vp, e->dp);
+    e->n_stages = m->n_layers * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
+    for (int i = 0; i < e->n_stages; i++) {
+        atomic_init(&e->stages[i].next, 0);
+        atomic_init(&e->stages[i].done, 0);
+    }
+}
+
+/* Logit row r: x[rows[r]] + proj (the last down_proj) -> final norm: into xq (int8 head) or xn (exact head). */
+static void head_norm_item(bn_engine *e, int r) {
+    const bn_model *m = &e->m;
+    const int D = m->dim, t = e->fa.rows[r];
+    float *xr = e->att + (size_t)r * D;
+    memcpy(xr, e->x + (size_t)t * D, sizeof(float) * D);
+    e->k->add(xr, e->proj + (size_t)t * e->dp, D);
+    if (e->exact_head) {
+        const float inv = 1.0f / sqrtf(e->k->sumsq(xr, D) / (float)D + m->eps);
+        e->k->norm_apply(xr, inv, m->norm, e->xn + (size_t)r * D, D);
+    } else {
+        norm_quant_row(e, xr, m->norm, D, e->dp, r);
+    }
+}
+
+static void run_item(bn_engine *e, int s, int i, int thread) {
+    const stage *st = &e->stages[s];
+    const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
+    switch (st->kind) {
+        case KIND_TOKENS:
+            if (s < layer_stages) token_stage(e, s / STAGES_PER_LAYER, (layer_stage)(s % STAGES_PER_LAYER), i);
+            else head_norm_item(e, i);
+            break;
+        case KIND_ATTENTION:
+            attention_item(e, s / STAGES_PER_LAYER, i, thread);
+            break;
+        default:
+            matmul_item(e, st, i);
+    }
+}
+
+/* The job every thread of the forward runs: each stage's items, then wait for the stage to be done. */
+static void forward_worker(void *arg, int thread, int n_threads) {
+    (void)n_threads;
+    bn_engine *e = arg;
+    const int timing = e->profiling && thread == 0;
+    double t = timing ? now_s() : 0;
+    if (timing) e->worker_span[0] = t;
+    for (int s = 0; s < e->n_stages; s++) {
+        stage *st = &e->stages[s];
+        int i, mine = 0;
+        while ((i = atomic_fetch_add_explicit(&st->next, 1, memory_order_relaxed)) < st->n_items) {
+            run_item(e, s, i, thread);
+            mine++;
         }
-        for (int h = 0; h < group; h++) { /* softmax per head, in place */
-            float *row = sc + (size_t)h * end, mx = -INFINITY, sum = 0.0f;
-            for (int s = 0; s < end; s++) mx = row[s] > mx ? row[s] : mx;
-            for (int s = 0; s < end; s++) { row[s] = expf(row[s] - mx); sum += row[s]; }
-            for (int s = 0; s < end; s++) row[s] /= sum; /* divide, as softmax does */
+        if (mine) atomic_fetch_add_explicit(&st->done, mine, memory_order_release);
+        if (timing) {
+            const double t1 = now_s();
+            e->prof[part_of_stage(e, s)] += t1 - t;
+            t = t1;
         }
-        memset(out, 0, sizeof(float) * (size_t)group * hd);
-        for (int s = 0; s < end; s++) {
-            const size_t vr = (size_t)s * kvd + (size_t)g * hd;
-            for (int h = 0; h < group; h++) {
-                if (e->kv16) e->k->axpy_f16(sc[(size_t)h * end + s], vh + vr, out + h * hd, hd);
-                else e->k->axpy(sc[(size_t)h * end + s], vc + vr, out + h * hd, hd);
-            }
+        while (atomic_load_explicit(&st->done, memory_order_acquire) < st->n_items) bn_pool_relax();
+        if (timing) {
+            const double t1 = now_s();
+            e->prof[BN_PART_SYNC] += t1 - t;
+            t = t1;
         }
     }
+    if (timing) e->worker_span[1] = t;
 }
 
 /* ---------------------------------------------------------------- create / free */
@@ -313,6 +460,13 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         set_err(err, errlen, msg);
         return NULL;
     }
+    if (n_threads < 1 || n_threads > BN_POOL_MAX_THREADS) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "thread count %d is out of range: use 1 to %d (the number of CPU cores is a good choice)",
+                 n_threads, BN_POOL_MAX_THREADS);
+        set_err(err, errlen, msg);
+        return NULL;
+    }
     if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads || m->n_heads * m->head_dim != m->dim ||
         m->head_dim % 2 || ctx <= 0) {
         set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context)");
@@ -342,10 +496,15 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     const int half = m->head_dim / 2;
     e->rope_cos = malloc(sizeof(float) * (size_t)ctx * half);
     e->rope_sin = malloc(sizeof(float) * (size_t)ctx * half);
+    e->stages = aligned_alloc(64, sizeof(stage) * ((size_t)m->n_layers * STAGES_PER_LAYER + HEAD_STAGES));
     e->pool = bn_pool_create(n_threads);
-    e->scores = malloc(sizeof(float) * (size_t)ctx * (m->n_heads / m->n_kv_heads) *
-                       (e->pool ? bn_pool_size(e->pool) : 1));
-    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->pool || !e->scores) {
+    if (!e->pool) {
+        bn_engine_free(e);
+        set_err(err, errlen, "out of memory starting the engine's threads; use fewer threads");
+        return NULL;
+    }
+    e->scores = malloc(sizeof(float) * (size_t)ctx * (m->n_heads / m->n_kv_heads) * bn_pool_size(e->pool));
+    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
         return NULL;
@@ -368,7 +527,7 @@ void bn_engine_free(bn_engine *e) {
     bn_pool_free(e->pool);
     free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
-    free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf);
+    free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->stages);
     free(e);
 }
 
@@ -377,41 +536,13 @@ int bn_engine_threads(const bn_engine *e) { return bn_pool_size(e->pool); }
 
 /* ---------------------------------------------------------------- the forward */
 
-/* x (hd) rotated in place at position pos: pairs (i, i + hd/2) */
-static void rope(const bn_engine *e, float *x, int pos) {
-    const int half = e->m.head_dim / 2;
-    const float *c = e->rope_cos + (size_t)pos * half, *s = e->rope_sin + (size_t)pos * half;
-    for (int i = 0; i < half; i++) {
-        const float a = x[i], b = x[i + half];
-        x[i] = a * c[i] - b * s[i];
-        x[i + half] = b * c[i] + a * s[i];
-    }
-}
-
-static void layer_forward(bn_engine *e, int l, int T, int start, int kv_end, int block) {
-    const bn_layer *ly = &e->layers[l];
-    run_tokens(e, l, ST_ATTN_IN, start, T);
-    ternary(e, &ly->qkv, T, e->qkv, e->qkv_np);
-    run_tokens(e, l, ST_ROPE_KV, start, T);
-    attn_job aj = {e, l, T, start, kv_end, block, 0};
-    bn_pool_run(e->pool, attention_worker, &aj);
-    run_tokens(e, l, ST_SUB_ATTN, start, T);
-    ternary(e, &ly->o, T, e->proj, e->dp);
-    run_tokens(e, l, ST_FFN_IN, start, T);
-    ternary(e, &ly->gate_up, T, e->gu, e->gu_np);
-    run_tokens(e, l, ST_SUB_FFN, start, T);
-    ternary(e, &ly->down, T, e->proj, e->dp);
-    run_tokens(e, l, ST_RESIDUAL, start, T);
-}
-
-int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,
-               const int32_t *rows, int n_rows, float *logits, char *err, int errlen) {
-    const bn_model *m = &e->m;
+static int check_args(const bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
+                      int block_size, const int32_t *rows, int n_rows, char *err, int errlen) {
     char msg[200];
     if (T <= 0) { set_err(err, errlen, "forward needs at least one token"); return -1; }
     for (int t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= m->vocab) {
-            snprintf(msg, sizeof msg, "token id %d is out of range (vocabulary %d)", tokens[t], m->vocab);
+        if (tokens[t] < 0 || tokens[t] >= e->m.vocab) {
+            snprintf(msg, sizeof msg, "token id %d is out of range (vocabulary %d)", tokens[t], e->m.vocab);
             set_err(err, errlen, msg);
             return -1;
         }
@@ -424,35 +555,42 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
     if (attention == 1 && block_size <= 0) { set_err(err, errlen, "block attention needs block_size > 0"); return -1; }
     for (int r = 0; r < n_rows; r++)
         if (rows[r] < 0 || rows[r] >= T) { set_err(err, errlen, "logit row out of range"); return -1; }
-    if (grow_scratch(e, T > n_rows ? T : n_rows, n_rows) != 0) { set_err(err, errlen, "out of memory for the forward's scratch buffers"); return -1; }
+    return 0;
+}
 
+int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,
+               const int32_t *rows, int n_rows, float *logits, char *err, int errlen) {
+    const bn_model *m = &e->m;
+    if (check_args(e, tokens, T, start, kv_end, attention, block_size, rows, n_rows, err, errlen)) return -1;
+    if (grow_scratch(e, T > n_rows ? T : n_rows, n_rows) != 0) {
+        set_err(err, errlen, "out of memory for the forward's scratch buffers");
+        return -1;
+    }
+    const double t_begin = e->profiling ? now_s() : 0;
     const int D = m->dim;
     for (int t = 0; t < T; t++) {
         const uint16_t *row = m->embed + (size_t)tokens[t] * D;
         for (int i = 0; i < D; i++) e->x[(size_t)t * D + i] = bf16_to_f32(row[i]);
     }
-    const int block = attention == 1 ? block_size : 0;
-    for (int l = 0; l < m->n_layers; l++) layer_forward(e, l, T, start, kv_end, block);
-    if (n_rows == 0) return 0;
-
-    /* final norm of the requested rows, then the head */
-    for (int r = 0; r < n_rows; r++) memcpy(e->att + (size_t)r * D, e->x + (size_t)rows[r] * D, sizeof(float) * D);
-    if (e->exact_head) {
-        for (int r = 0; r < n_rows; r++) {
-            const float *x = e->att + (size_t)r * D;
-            const float inv = 1.0f / sqrtf(e->k->sumsq(x, D) / (float)D + m->eps);
-            e->k->norm_apply(x, inv, m->norm, e->xn + (size_t)r * D, D);
-        }
-        matmul_job j = {e, 2, NULL, n_rows, m->vocab, e->xn, e->logit_buf, e->vp};
-        run_matmul(e, &j);
+    e->fa = (forward_args){.T = T, .start = start, .kv_end = kv_end, .block = attention == 1 ? block_size : 0,
+                           .rows = rows, .n_rows = n_rows};
+    plan_forward(e);
+    if (e->profiling) {
+        const double t = now_s();
+        e->prof[BN_PART_EMBED] += t - t_begin;
+        bn_pool_run(e->pool, forward_worker, e);
+        /* opening and closing the job: the caller's time around its own run of the stages */
+        e->prof[BN_PART_SYNC] += (e->worker_span[0] - t) + (now_s() - e->worker_span[1]);
     } else {
-        for (int r = 0; r < n_rows; r++) norm_quant_row(e, e->att + (size_t)r * D, m->norm, D, e->dp, r);
-        matmul_job j = {e, 1, NULL, n_rows, e->vp / 16, NULL, e->logit_buf, e->vp};
-        j.xq = e->xq;
-        j.xinv = e->xinv;
-        run_matmul(e, &j);
+        bn_pool_run(e->pool, forward_worker, e);
     }
+    const double t = e->profiling ? now_s() : 0;
     for (int r = 0; r < n_rows; r++)
         memcpy(logits + (size_t)r * m->vocab, e->logit_buf + (size_t)r * e->vp, sizeof(float) * (size_t)m->vocab);
+    if (e->profiling) {
+        const double t_end = now_s();
+        e->prof[BN_PART_OUTPUT] += t_end - t;
+        e->prof[BN_PART_TOTAL] += t_end - t_begin;
+    }
     return 0;
 }

@@ -38,6 +38,18 @@ typedef struct {
     void (*to_f16)(const float *x, uint16_t *h, int n);
     float (*dot_f16)(const float *a, const uint16_t *h, int n);
     void (*axpy_f16)(float a, const uint16_t *h, float *y, int n); /* y += a * float(h) */
+
+    /* Optional fused steps: NULL in a table means forward.c composes them from the entries above, which
+     * is the reference. */
+    /* One row: q (np bytes) = quant8(rmsnorm(x) * w) exactly as forward.c composes sumsq, norm_apply (into
+     * xn, n floats of scratch), absmax and quantize; *xinv = 1 / scale; returns sum(q). */
+    int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
+    /* Attention of nq query heads (q: (nq, hd) contiguous) that share one K/V head, over keys s in [0, n_keys)
+     * at k + s*ld and values at v + s*ld (elements: fp16 bits if kv16, else float32): out (nq, hd) =
+     * softmax(q . k_s * scale) @ v, with scores (nq * n_keys floats) as scratch. Returns 0 when it does not
+     * handle this shape (forward.c then runs its generic loop), 1 when done. */
+    int (*attend)(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
+                  float scale, float *scores, float *out);
 } bn_kernels;
 
 extern const bn_kernels bn_kernels_portable;

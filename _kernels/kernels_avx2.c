@@ -3,8 +3,8 @@
  * Same tile layouts as the AVX512 path; a 16-row tile is two 256-bit halves (rows 0-7, rows 8-15),
  * each 8 int32 lanes = 8 rows x 4 columns. Products use vpmaddubsw (u8 x s8 -> pairs summed in s16)
  * then vpmaddwd with ones (-> s32):
- *   ternary: codes (<= 2) x activations (|x| <= 127): a pair is at most 508, four shifts summed in
- *            s16 at most 2032, far from saturation.
+ *   ternary: codes (<= 2) x activations (|x| <= 128): a pair is at most 512 in magnitude; sums stay in
+ *            s16 for 16 groups of 16 columns (see GROUPS_PER_WIDEN), then widen to s32.
  *   int8:    |x| x sign(w, x) so both factors fit: a pair is at most 2 * 127 * 127 = 32258 < 32767.
  */
 #include <immintrin.h>
@@ -21,27 +21,40 @@ static inline int32_t load_i32(const void *p) {
     return v;
 }
 
+/* Groups of 16 columns whose products one token sums in int16 before widening to int32. A lane gains at most
+ * 4 pairs x 2 products x 2 x 128 = 2048 in magnitude per group (codes <= 2, |x| <= 128), so 16 groups stay within
+ * [-32768, 32512]: exact. Widening once per 16 groups instead of once per group saves 15 of 16 vpmaddwd. */
+#define GROUPS_PER_WIDEN 16
+
 static inline __attribute__((always_inline)) void ternary_half(
     const uint8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
     const int32_t *xsum, const float *xinv, float *y, int ldy) {
     const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
-    __m256i acc[TOKENS_PER_BLOCK];
+    __m256i acc[TOKENS_PER_BLOCK]; /* int32 sums, widened from acc16 every GROUPS_PER_WIDEN groups */
 #pragma GCC unroll 8
     for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
-    for (int g = 0; g < groups; g++) {
-        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
-        const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
-        const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
-        const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
+    for (int g0 = 0; g0 < groups; g0 += GROUPS_PER_WIDEN) {
+        const int g1 = g0 + GROUPS_PER_WIDEN < groups ? g0 + GROUPS_PER_WIDEN : groups;
+        __m256i acc16[TOKENS_PER_BLOCK];
 #pragma GCC unroll 8
-        for (int b = 0; b < bt; b++) {
-            const int8_t *xg = x + (size_t)b * kp + g * 16;
-            __m256i s = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(load_i32(xg)));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(xg + 4))));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
-            acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(s, ones));
+        for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc16[b] = _mm256_setzero_si256();
+        for (int g = g0; g < g1; g++) {
+            _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+            const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
+            const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
+#pragma GCC unroll 8
+            for (int b = 0; b < bt; b++) {
+                const int8_t *xg = x + (size_t)b * kp + g * 16;
+                __m256i s = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(load_i32(xg)));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w1, _mm256_set1_epi32(load_i32(xg + 4))));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
+                acc16[b] = _mm256_add_epi16(acc16[b], s);
+            }
         }
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
     }
     const __m256 scale = _mm256_loadu_ps(row_scale);
 #pragma GCC unroll 8
@@ -297,6 +310,160 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     }
 }
 
-const bn_kernels bn_kernels_avx2 = {"avx2", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                    sumsq, absmax, quantize, norm_apply, relu2_mul, add,
-                                    to_f16, dot_f16, axpy_f16};
+/* ---------------------------------------------------------------- fused steps */
+
+/* quant8(rmsnorm(x) * w): the operations of forward.c's composition, in the same order (so the same
+ * numbers), with norm_apply and absmax sharing one pass. */
+static int32_t norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
+    const float inv = 1.0f / sqrtf(sumsq(x, n) / (float)n + eps);
+    const __m256 vi = _mm256_set1_ps(inv), sign = _mm256_set1_ps(-0.0f);
+    __m256 mv = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
+        _mm256_storeu_ps(xn + i, v);
+        mv = _mm256_max_ps(mv, _mm256_andnot_ps(sign, v));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float m = _mm_cvtss_f32(h);
+    for (; i < n; i++) {
+        xn[i] = w[i] * (x[i] * inv);
+        const float a = xn[i] < 0.0f ? -xn[i] : xn[i];
+        m = a > m ? a : m;
+    }
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    *xinv = 1.0f / scale;
+    return quantize(xn, n, np, scale, q);
+}
+
+/* e^x for x <= 0 (softmax after subtracting the maximum): x = n ln2 + r, e^r by the Cephes polynomial,
+ * relative error about 1e-7; below -87.3 the result is 0 (expf gives a denormal there). */
+static inline __m256 exp_nonpos(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static inline __attribute__((always_inline)) __m256 load_kv(const void *base, const int kv16, size_t i) {
+    return kv16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+                : _mm256_loadu_ps((const float *)base + i);
+}
+
+/* lanes j = horizontal sum of a[j], j < 8 */
+static inline __m256 sum8(const __m256 a[8]) {
+    const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* scores out[j] = (q . k_{s0+j}) * scale for j < nk (nk <= 8): eight keys at a time, one vector sum for all */
+static inline __attribute__((always_inline)) void scores8(const float *q, int hd, const void *k, size_t ld,
+                                                          const int kv16, int s0, const int nk, float scale, float *out) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            if (j < nk) acc[j] = _mm256_fmadd_ps(qv, load_kv(k, kv16, (size_t)(s0 + j) * ld + d), acc[j]);
+    }
+    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale));
+    if (nk == 8) {
+        _mm256_storeu_ps(out + s0, v);
+    } else {
+        float buf[8];
+        _mm256_storeu_ps(buf, v);
+        memcpy(out + s0, buf, sizeof(float) * (size_t)nk);
+    }
+}
+
+/* softmax of row (n floats) in place: exp(x - max) / sum */
+static void softmax_row(float *row, int n) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int s = 0;
+    for (; s + 8 <= n; s += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(row + s));
+    float buf[8];
+    _mm256_storeu_ps(buf, mv);
+    float mx = buf[0];
+    for (int j = 1; j < 8; j++) mx = buf[j] > mx ? buf[j] : mx;
+    for (; s < n; s++) mx = row[s] > mx ? row[s] : mx;
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 sv = _mm256_setzero_ps();
+    for (s = 0; s + 8 <= n; s += 8) {
+        const __m256 v = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(row + s), vmx));
+        _mm256_storeu_ps(row + s, v);
+        sv = _mm256_add_ps(sv, v);
+    }
+    float sum = hsum256(sv);
+    if (s < n) { /* the tail through one padded vector, so every score goes through the same exp */
+        for (int j = 0; j < 8; j++) buf[j] = s + j < n ? row[s + j] - mx : -INFINITY;
+        _mm256_storeu_ps(buf, exp_nonpos(_mm256_loadu_ps(buf)));
+        for (int j = 0; s + j < n; j++) { row[s + j] = buf[j]; sum += buf[j]; }
+    }
+    const __m256 vs = _mm256_set1_ps(sum);
+    for (s = 0; s + 8 <= n; s += 8) _mm256_storeu_ps(row + s, _mm256_div_ps(_mm256_loadu_ps(row + s), vs));
+    for (; s < n; s++) row[s] /= sum; /* divide, as softmax does */
+}
+
+/* out (hd) = sum_s p[s] * v_s, 64 columns at a time held in registers */
+static inline __attribute__((always_inline)) void weighted_values(const float *p, int n_keys, int hd, const void *v,
+                                                                  size_t ld, const int kv16, float *out) {
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+        const int nc = (hd - c0) / 8 < 8 ? (hd - c0) / 8 : 8;
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+        for (int s = 0; s < n_keys; s++) {
+            const __m256 ps = _mm256_set1_ps(p[s]);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                if (c < nc) acc[c] = _mm256_fmadd_ps(ps, load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c), acc[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+            if (c < nc) _mm256_storeu_ps(out + c0 + 8 * c, acc[c]);
+    }
+}
+
+static inline __attribute__((always_inline)) void attend_kv(const float *q, int nq, int hd, const void *k, const void *v,
+                                                            size_t ld, const int kv16, int n_keys, float scale,
+                                                            float *sc, float *out) {
+    for (int h = 0; h < nq; h++) {
+        float *row = sc + (size_t)h * n_keys;
+        int s = 0;
+        for (; s + 8 <= n_keys; s += 8) scores8(q + h * hd, hd, k, ld, kv16, s, 8, scale, row);
+        if (s < n_keys) scores8(q + h * hd, hd, k, ld, kv16, s, n_keys - s, scale, row);
+        softmax_row(row, n_keys);
+        weighted_values(row, n_keys, hd, v, ld, kv16, out + h * hd);
+    }
+}
+
+/* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
+static int attend(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
+                  float scale, float *sc, float *out) {
+    if (hd % 8 || n_keys <= 0) return 0;
+    if (kv16) attend_kv(q, nq, hd, k, v, ld, 1, n_keys, scale, sc, out);
+    else attend_kv(q, nq, hd, k, v, ld, 0, n_keys, scale, sc, out);
+    return 1;
+}
+
+const bn_kernels bn_kernels_avx2 = {
+    .name = "avx2", .ternary_matmul = ternary_matmul, .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul,
+    .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
+    .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
+    .norm_quant = norm_quant, .attend = attend,
+};

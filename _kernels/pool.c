@@ -76,15 +76,25 @@ static void *worker_main(void *p) {
 }
 
 bn_pool *bn_pool_create(int n_threads) {
+    if (n_threads < 1 || n_threads > BN_POOL_MAX_THREADS) return NULL;
     bn_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->n = n_threads < 1 ? 1 : n_threads;
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    atomic_init(&p->state, CLOSED); /* generation 0, closed: nothing to join */
+    p->n = n_threads;
     p->threads = calloc((size_t)p->n, sizeof(pthread_t));
+    if (!p->threads || pthread_mutex_init(&p->lock, NULL) != 0) {
+        free(p->threads);
+        free(p);
+        return NULL;
+    }
+    if (pthread_cond_init(&p->wake, NULL) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        free(p->threads);
+        free(p);
+        return NULL;
+    }
+    atomic_init(&p->state, CLOSED); /* generation 0, closed: nothing to join */
     for (int i = 1; i < p->n; i++)
-        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) { /* run with fewer threads */
+        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) { /* run with the threads we got */
             p->n = i;
             break;
         }
@@ -92,6 +102,8 @@ bn_pool *bn_pool_create(int n_threads) {
 }
 
 int bn_pool_size(const bn_pool *p) { return p->n; }
+
+void bn_pool_relax(void) { cpu_relax(); }
 
 void bn_pool_run(bn_pool *p, bn_job_fn fn, void *arg) {
     if (p->n == 1) { fn(arg, 0, 1); return; }

@@ -36,6 +36,18 @@ def tiny(tmp_path_factory):
     return ef, NumpyModel(ef)
 
 
+@pytest.fixture(scope="module")
+def tiny_hd16(tmp_path_factory):
+    """head_dim 16, a multiple of 8: the shape the SIMD attention kernels take (real models' 48, 64, 128 too);
+    GQA groups of 3 and 45 positions, so keys come in blocks of 8 and a tail."""
+    d = tmp_path_factory.mktemp("engine16")
+    make_hf_checkpoint(d / "ck", hidden_size=96, intermediate_size=72, num_hidden_layers=2,
+                       num_attention_heads=6, num_key_value_heads=2, seed=4)
+    convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"))
+    ef = EngineFile(str(d / "m.bitnet"))
+    return ef, NumpyModel(ef)
+
+
 def ids_for(ef, n, seed=0):
     return np.random.default_rng(seed).integers(0, ef.config["vocab_size"], n)
 
@@ -49,6 +61,19 @@ def test_forward_matches_numpy_reference(tiny, isa, head, kv):
     assert eng.isa.startswith(isa) and eng.kv == kv
     out = eng.forward(ids, rows=range(len(ids)))
     assert agrees(out, ref.logits(ids, head=head, kv16=kv == "f16"))
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16")])
+@pytest.mark.parametrize("block", [0, 8])
+def test_forward_with_a_simd_head_size_matches_numpy_reference(tiny_hd16, isa, head, kv, block):
+    ef, ref = tiny_hd16
+    ids = ids_for(ef, 45, seed=11)
+    eng = Engine(ef, lm_head=head, isa=isa, threads=2, kv=kv)
+    attn = dict(attention="block", block_size=block) if block else {}
+    out = eng.forward(ids, rows=range(len(ids)), **attn)
+    want = ref.logits(ids, head=head, kv16=kv == "f16", mask=block_mask(len(ids), block) if block else None)
+    assert agrees(out, want)
 
 
 def test_kv_precision_defaults_follow_the_head(tiny):
@@ -168,3 +193,48 @@ def test_forward_releases_the_gil(tiny):
     during = [t for t in ticks if t0 < t < t1]
     # with the GIL held the ticker could not run at all during the forwards
     assert len(during) >= 5, (len(during), t1 - t0)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
+    """The development timer (benchmarks/forward_breakdown.py) fills its parts, which add up to the C call,
+    and leaves the logits bit for bit as they are without it."""
+    ef, _ = tiny
+    ids = ids_for(ef, 12, seed=8)
+    eng = Engine(ef, isa=isa, threads=2)
+    plain = eng.forward(ids, rows=range(12))
+    eng._c.set_profile(True)
+    eng.reset()
+    timed = eng.forward(ids, rows=range(12))
+    parts = eng._c.profile()
+    eng._c.set_profile(False)
+    np.testing.assert_array_equal(plain, timed)
+    total = parts.pop("total")
+    assert total > 0 and all(v >= 0 for v in parts.values()), parts
+    for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "lm_head"):
+        assert parts[name] > 0, name
+    assert sum(parts.values()) == pytest.approx(total, rel=0.05)
+    eng.reset()
+    eng.forward(ids)
+    assert not any(eng._c.profile().values())  # off: zeroed, and nothing is added
+
+
+@pytest.mark.parametrize("threads", [0, -1, 257, 2147483647, 2**40])
+def test_an_impossible_thread_count_is_a_clear_error(tiny, threads):
+    ef, _ = tiny
+    with pytest.raises(ValueError, match="thread count .* out of range: use 1 to 256"):
+        Engine(ef, threads=threads)
+
+
+def test_bitnet_threads_out_of_range_is_an_error_not_a_crash(tiny):
+    """BITNET_THREADS=2147483647 used to reach an unchecked calloc in the thread pool: a segfault."""
+    import os
+    import subprocess
+    import sys
+
+    ef, _ = tiny
+    code = ("import sys\nfrom bitnet_app.engine import Engine, EngineFile\n"
+            f"try:\n    Engine(EngineFile({ef.path!r}))\nexcept ValueError as e:\n    print(e)\n    sys.exit(3)\n")
+    env = {**os.environ, "BITNET_THREADS": "2147483647"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "out of range" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])

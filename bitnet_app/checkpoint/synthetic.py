@@ -144,7 +144,7 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
     return out_path
 
 
-if __name__ == "__main__":  # python -m bitnet_app.synthetic OUT [shape]
+if __name__ == "__main__":  # python -m bitnet_app.checkpoint.synthetic OUT [shape]
     import sys
     import time
     t0 = time.time()

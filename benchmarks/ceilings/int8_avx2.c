@@ -1,0 +1,60 @@
+/* AVX2 int8 multiply-add ceiling: the rate of the engine's inner step, vpmaddubsw (u8 x s8 -> s16 pairs)
+ * then vpmaddwd with ones (-> s32) then vpaddd, on registers only, one 32-MAC step per vpmaddubsw.
+ *
+ * Each thread runs 6 independent chains with 6 different u8 operands (6 + 6 accumulators + 2 constants
+ * + 2 temporaries fill the 16 ymm registers: more would spill). The empty asm statement after each
+ * round tells the compiler that every operand may have changed, so it can neither hoist the products out
+ * of the loop nor fold the chains into one (../shared/tools/int8_avx2.c uses one operand for all 8
+ * chains: gcc computes its product once per round, so it times 1 multiply per 8 counted).
+ *
+ *   gcc -O2 -mavx2 -pthread int8_avx2.c -o int8_avx2 && ./int8_avx2 2
+ * prints "threads=N int8 GMAC/s X" (best of 3 runs).
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define ITERS 20000000L
+#define CHAINS 6
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* one 32-MAC step of chain i: acc_i += madd(maddubs(a_i, b), 1) */
+#define STEP(i) c##i = _mm256_add_epi32(c##i, _mm256_madd_epi16(_mm256_maddubs_epi16(a##i, b), one))
+
+static void *chains(void *arg) {
+    const char seed = (char)(long)arg;
+    const __m256i b = _mm256_set1_epi8(3), one = _mm256_set1_epi16(1);
+    __m256i a0 = _mm256_set1_epi8(seed + 1), a1 = _mm256_set1_epi8(seed + 2), a2 = _mm256_set1_epi8(seed + 3);
+    __m256i a3 = _mm256_set1_epi8(seed + 4), a4 = _mm256_set1_epi8(seed + 5), a5 = _mm256_set1_epi8(seed + 6);
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+    for (long it = 0; it < ITERS; it++) {
+        STEP(0); STEP(1); STEP(2); STEP(3); STEP(4); STEP(5);
+        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
+    }
+    const __m256i c = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                       _mm256_add_epi32(c4, c5));
+    return (void *)(long)_mm256_extract_epi32(c, 0);
+}
+
+int main(int argc, char **argv) {
+    const int th = argc > 1 ? atoi(argv[1]) : 2;
+    if (th < 1 || th > 256) { fprintf(stderr, "threads must be 1..256\n"); return 2; }
+    pthread_t ids[256];
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        const double t0 = now_s();
+        for (int i = 0; i < th; i++) pthread_create(&ids[i], NULL, chains, (void *)(long)i);
+        for (int i = 0; i < th; i++) pthread_join(ids[i], NULL);
+        const double g = (double)ITERS * CHAINS * 32 * th / (now_s() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    printf("threads=%d int8 GMAC/s %.1f\n", th, best);
+    return 0;
+}
