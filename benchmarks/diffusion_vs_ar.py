@@ -1,152 +1,245 @@
-"""Block diffusion against AR on one model: committed tokens/s, tokens per forward, and text agreement.
+"""Block diffusion against AR on one model's held-out prompts: speed, tokens per step, and the step's cost.
 
-    python -m benchmarks.diffusion_vs_ar --model assets/demo-model --prompts-file assets/demo-heldout.json \
-        [--prompts 16] [--max-new-tokens 96] [--lm-head exact]
+    python -m benchmarks.diffusion_vs_ar [--model assets/demo-model] [--prompts-file assets/demo-prompts.json]
+        [--limit N] [--max-new-tokens N] [--repeats 3] [--threads 2] [--attention block] [--json out.json]
 
-For every prompt (from --prompts-file, e.g. the demo model's held-out prompts, else built-in prompts),
-greedy AR is the baseline; then diffusion at thresholds 0.7/0.8/0.9/0.95/1.0, with and without DualCache.
-Reported per setting: committed tokens/s (tokens / wall time of the whole reply, measured inside the decoder),
-forwards and tokens per forward, and agreement with the AR text: the share of the first block (32 tokens)
-identical to AR, and the whole reply's identical-prefix length. A second AR row (the same decoder with
-the other LM head, int8 vs exact) calibrates those columns: how far two near-identical greedy decoders part.
-Then the engine costs that decide the trade on this machine: one AR step, one full-block step and one
-sub-block (DualCache) step, from single forwards, and the break-even tokens per step.
+Prompts: a JSON file {"skills": [...], "open": [...]}, each entry the content of ONE user message, rendered
+with the model's chat template (Model.chat_ids); the two sets are reported separately.
+Decoding: greedy, with everything else as the app runs it by default (Model.generate with the model's
+diffusion defaults and DecodeParams': block, sub-block, threshold, DualCache, max_new_tokens); beside it,
+the same with the other DualCache setting. --attention overrides the checkpoint's pattern (a random
+engine file of the 2B-4T shape, `python -m bitnet_app bench --synthetic 2b4t`, is not trained for
+diffusion and defaults to causal).
+
+Timing: every reply runs --repeats times; greedy decoding makes each run the same work, so the fastest
+run counts (the machine is shared). Times are the decoders' own (work inside the generator, Python
+included, never across a yield: Done.stats total_s and its parts).
+
+Reported per prompt set and setting: tokens per denoising step (all tokens / all steps), tokens per
+forward (block commits and prefill counted), the share of prompts whose whole reply equals AR's (and
+equals the exact decoder's, for DualCache), committed tokens/s and its ratio to AR's in the same run.
+Calibration: how often greedy AR with the other LM head (int8 / exact) gives the same whole reply; two
+decoders that differ only by the rounding of the logits part at near-ties, so this is a realistic ceiling.
+Then the product figure, per setting: ms of one denoising step as the app runs it (forward, sampling,
+bookkeeping, events; not the prefill or the block commits) divided by ms of one AR token (prefill not
+counted), beside tokens per step; and the break-even: all of diffusion's time per step (prefill and
+commits included) over all of AR's time per token, the tokens per step at which diffusion's tokens/s
+equals AR's on this machine. Last, single steps timed alone (fastest of max(repeats, 20)), steadier than
+whole replies on a busy machine: an AR token, a full-block step, a sub-block step (--steps-only: just these).
 """
 import argparse
 import json
-import statistics
 import sys
-import time
 
-import numpy as np
-
-THRESHOLDS = (0.7, 0.8, 0.9, 0.95, 1.0)
-FALLBACK_PROMPTS = ["ROMEO. ", "First Citizen. Before we proceed any further, hear me speak.\n",
-                    "HAMLET. To be, or not to be", "Enter the KING and QUEEN", "KING. ", "Now is the winter",
-                    "LADY MACBETH. ", "Friends, Romans, countrymen"]
+DEFAULT_PROMPTS = "assets/demo-prompts.json"
 
 
-def prompts_for(n: int, prompts_file: str | None) -> list[str]:
-    """The first n prompts of a JSON file {"prompts": [...]} (for the demo model: its held-out prompts,
-    assets/demo-heldout.json, written by tools/eval_demo_model.py), else built-in prompts."""
-    if prompts_file:
-        return json.load(open(prompts_file, encoding="utf-8"))["prompts"][:n]
-    return FALLBACK_PROMPTS[:n]
+def load_prompts(path: str, limit: int | None) -> dict[str, list[str]]:
+    """{"skills": [...], "open": [...]} -> the same, each list cut to `limit`; refuses another shape."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise SystemExit(f"no prompts file {path}: give --prompts-file, a JSON {{\"skills\": [...], \"open\": [...]}}")
+    if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(t, str) for t in v)
+                                             for v in data.values()):
+        raise SystemExit(f"{path}: expected {{\"skills\": [...], \"open\": [...]}} with one user message per entry")
+    return {name: texts[:limit] for name, texts in data.items() if texts}
 
 
-def run(model, ids, **params):
+def fastest(model, ids, repeats: int, **params):
+    """The Done event of the fastest of `repeats` runs (each must give the same ids: greedy decoding)."""
     from bitnet_app.decode.events import Done
 
-    t = time.perf_counter()
-    for ev in model.generate(ids, **params):
-        if isinstance(ev, Done):
-            ev.stats["wall_s"] = time.perf_counter() - t
-            return ev
+    best = None
+    for _ in range(repeats):
+        done = next(ev for ev in model.generate(ids, **params) if isinstance(ev, Done))
+        if best is not None and done.ids != best.ids:
+            raise RuntimeError("two greedy runs of the same prompt gave different replies")
+        if best is None or done.stats["total_s"] < best.stats["total_s"]:
+            best = done
+    return best
 
 
-def prefix_len(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
+def totals(dones) -> dict:
+    keys = ("tokens", "forwards", "steps", "total_s", "engine_s", "step_s", "step_engine_s", "prefill_s")
+    return {k: sum(d.stats.get(k, 0) for d in dones) for k in keys}
 
 
-def summary_row(name: str, res, ar, B: int) -> dict:
-    """Done events of one setting (one per prompt) against greedy AR's -> speed, tokens per forward, agreement."""
-    toks = sum(d.stats["tokens"] for d in res)
-    agree = [np.mean([a == b for a, b in zip(d.ids[:B], r.ids[:B])]) if r.ids[:B] else 1.0 for d, r in zip(res, ar)]
-    pref = [prefix_len(d.ids, r.ids) / max(1, len(r.ids)) for d, r in zip(res, ar)]
-    return {"setting": name, "tok_s": toks / sum(d.stats["wall_s"] for d in res),
-            "tokens_per_forward": toks / sum(d.stats["forwards"] for d in res),
-            "tokens_per_step": toks / max(1, sum(d.stats.get("steps", d.stats["forwards"]) for d in res)),
-            "first_block_agree": float(np.mean(agree)), "prefix": float(np.mean(pref)),
-            "identical_first_blocks": int(sum(a == 1.0 for a in agree))}
+def diffusion_row(name: str, dones, ar, exact=None) -> dict:
+    """One setting's figures against AR's (and the exact decoder's) replies, prompt by prompt."""
+    t, a = totals(dones), totals(ar)
+    steps = max(t["steps"], 1)
+    outside_steps = t["engine_s"] - t["step_engine_s"]    # the prefill and the block commits
+    ar_decode_forwards = max(a["forwards"] - len(ar), 1)   # one per AR token after the prefill's
+    row = {
+        "setting": name, "prompts": len(dones), "tokens": t["tokens"], "steps": t["steps"],
+        "tokens_per_step": t["tokens"] / steps, "tokens_per_forward": t["tokens"] / max(t["forwards"], 1),
+        "same_as_ar": sum(d.ids == r.ids for d, r in zip(dones, ar)) / len(dones),
+        "tok_s": t["tokens"] / t["total_s"], "ar_tok_s": a["tokens"] / a["total_s"],
+        # one denoising step as the app runs it, and its parts (ms)
+        "step_ms": 1e3 * (t["total_s"] - outside_steps) / steps,
+        "step_forward_ms": 1e3 * t["step_engine_s"] / steps,
+        "step_sampling_ms": 1e3 * (t["step_s"] - t["step_engine_s"]) / steps,
+        "step_other_ms": 1e3 * (t["total_s"] - t["step_s"] - outside_steps) / steps,
+        "commits_per_step_ms": 1e3 * outside_steps / steps,
+        "all_in_per_step_ms": 1e3 * t["total_s"] / steps,
+        # one AR token (prefill not counted), and all of AR's time per token
+        "ar_token_ms": 1e3 * (a["total_s"] - a["prefill_s"]) / ar_decode_forwards,
+        "ar_token_forward_ms": 1e3 * (a["engine_s"] - a["prefill_s"]) / ar_decode_forwards,
+        "ar_all_in_per_token_ms": 1e3 * a["total_s"] / a["tokens"],
+    }
+    row["vs_ar"] = row["tok_s"] / row["ar_tok_s"]
+    row["step_over_ar_token"] = row["step_ms"] / row["ar_token_ms"]
+    row["break_even_tokens_per_step"] = row["all_in_per_step_ms"] / row["ar_all_in_per_token_ms"]
+    if exact is not None:
+        row["same_as_exact"] = sum(d.ids == e.ids for d, e in zip(dones, exact)) / len(dones)
+    return row
 
 
-def step_costs(model, block: int, sub: int, reps: int = 5) -> dict:
-    """ms of one AR step, one full-block uncommitted step, one DualCache sub-block step (median)."""
-    eng = model.engine
-    ids = np.arange(64 + block) % model.vocab_size
+def run_set(model, twin, texts, repeats: int, common: dict, dual_default: bool, attention) -> dict:
+    """twin: the same model with the other LM head; its greedy AR replies calibrate the agreement columns
+    (how often two decoders that differ only by the rounding of the logits give the same whole reply)."""
+    prompts = [model.chat_ids([{"role": "user", "content": t}]) for t in texts]
+    ar = [fastest(model, p, repeats, mode="ar", **common) for p in prompts]
+    twin_ar = [fastest(twin, p, 1, mode="ar", **common) for p in prompts]
+    diff = {}
+    for dual in (dual_default, not dual_default):  # the app's setting first: it is the exact reference if off
+        diff[dual] = [fastest(model, p, repeats, mode="diffusion", dual_cache=dual, attention=attention, **common)
+                      for p in prompts]
+    name = {False: "diffusion", True: "diffusion + DualCache"}
+    rows = [diffusion_row(name[dual] + (" (app default)" if dual == dual_default else ""), diff[dual], ar,
+                          exact=None if not dual else diff[False]) for dual in (dual_default, not dual_default)]
+    sample = {"prompt": texts[0], "ar": model.decode(ar[0].ids), "diffusion": model.decode(diff[dual_default][0].ids)}
+    return {"rows": rows, "sample": sample, "ar_tokens": sum(d.stats["tokens"] for d in ar),
+            "other_head_same_as_ar": sum(a.ids == b.ids for a, b in zip(twin_ar, ar)) / len(ar)}
+
+
+def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> dict:
+    """ms (the fastest of `repeats`; robust on a shared machine) of the pieces the decoders run, at a
+    given context length: one AR token (a 1-row forward + Sampler.token); one full-block step (all B slots
+    as queries, logits of a sub-block's rows, greedy sampling over them: every step of the exact decoder
+    under block attention, the first step of each sub-block under DualCache); one sub-block step (S + 1
+    slots against the block's scratch K/V: DualCache's other steps; causal attention's other steps run S);
+    each with its forward alone."""
+    import time
+
+    import numpy as np
+
+    from bitnet_app.decode.sampling import Sampler
+
+    B, S, attention, mask = knobs["block_size"], knobs["sub_block_size"], knobs["attention"], knobs["mask_id"]
+    eng, sampler = model.engine, Sampler(banned_ids=[mask])
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, min(model.vocab_size, 1000), position + B)]
     eng.reset()
-    eng.forward(ids[:64])
-
-    def med(f):
-        f()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            f()
-            ts.append(time.perf_counter() - t)
-        return 1e3 * statistics.median(ts)
-
-    out = {"ar_step_ms": med(lambda: eng.forward(ids[64:65], commit=False)),
-           "block_step_ms": med(lambda: eng.forward(ids[64:64 + block], commit=False, attention="block",
-                                                    block_size=block, rows=range(sub))),
-           "dual_cache_step_ms": med(lambda: eng.forward(ids[64 + 8:64 + 8 + sub], start=64 + 8, commit=False,
-                                                         attention="block", block_size=block,
-                                                         kv_end=64 + block, rows=range(sub)))}
+    eng.forward(ids[:position])
+    block = ids[position:position + 1] + [mask] * (B - 1)
+    rows = list(range(S - 1))  # the masked slots 1 .. S-1 of the first sub-block, by token shift
+    fw = dict(attention=attention, block_size=B, commit=False)
+    pieces = {  # the decoders' calls: see decode/diffusion.py _Run.query_span
+        "ar": lambda: eng.forward(ids[position:position + 1], start=position, commit=False),
+        "block": lambda: eng.forward(block, start=position, rows=rows, **fw),
+        "sub_block": lambda: eng.forward(block[S - 1:2 * S], start=position + S - 1, kv_end=position + B,
+                                    rows=range(S), **fw),  # the second sub-block's slots S-1 .. 2S-1
+    }
+    samplers = {"ar": sampler.token, "block": sampler, "sub_block": sampler}
+    out = {}
+    for name, forward in pieces.items():
+        forward()  # warm-up (and the scratch K/V the DualCache step reads)
+        alone, whole = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            logits = forward()
+            t1 = time.perf_counter()
+            samplers[name](logits[0] if name == "ar" else logits)
+            t2 = time.perf_counter()
+            alone.append(t1 - t0)
+            whole.append(t2 - t0)
+        out[name] = {"forward_ms": 1e3 * min(alone), "with_sampling_ms": 1e3 * min(whole)}
     eng.reset()
-    out["break_even_tokens_per_step"] = out["block_step_ms"] / out["ar_step_ms"]
-    out["break_even_tokens_per_step_dual"] = out["dual_cache_step_ms"] / out["ar_step_ms"]
+    for name in ("block", "sub_block"):
+        out[name]["over_ar"] = out[name]["with_sampling_ms"] / out["ar"]["with_sampling_ms"]
     return out
 
 
-def main():
+def print_report(header: str, results: dict) -> None:
+    print(header)
+    for set_name, res in results.items():
+        rows = res["rows"]
+        r0 = rows[0]
+        print(f"\n{set_name}: {r0['prompts']} prompts, AR {res['ar_tokens']} tokens at {r0['ar_tok_s']:.1f} tok/s "
+              f"({r0['ar_token_ms']:.3f} ms per AR token, engine {r0['ar_token_forward_ms']:.3f}); AR with the other "
+              f"LM head gives the same whole reply on {100 * res['other_head_same_as_ar']:.0f}% of them\n")
+        print("| setting | tokens / step | tokens / forward | reply = AR | reply = exact decoder | tok/s | vs AR "
+              "| step ms (forward + sampling + other) | step / AR token | commits ms per step | break-even tokens / step |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            exact = f"{100 * r['same_as_exact']:.0f}%" if "same_as_exact" in r else "(is the exact decoder)"
+            print(f"| {r['setting']} | {r['tokens_per_step']:.2f} | {r['tokens_per_forward']:.2f} "
+                  f"| {100 * r['same_as_ar']:.0f}% | {exact} | {r['tok_s']:.1f} | {r['vs_ar']:.2f}x "
+                  f"| {r['step_ms']:.3f} ({r['step_forward_ms']:.3f} + {r['step_sampling_ms']:.3f} + "
+                  f"{r['step_other_ms']:.3f}) | {r['step_over_ar_token']:.2f} | {r['commits_per_step_ms']:.3f} "
+                  f"| {r['break_even_tokens_per_step']:.2f} |")
+        s = res["sample"]
+        print(f"\nsample: {s['prompt']!r}\n  AR:        {s['ar']!r}\n  diffusion: {s['diffusion']!r}")
+
+
+def print_single_steps(costs: dict, knobs: dict) -> None:
+    B, S = knobs["block_size"], knobs["sub_block_size"]
+    print(f"\nsingle steps at position 128 (fastest of the runs, ms; forward alone / with greedy sampling):")
+    print(f"  AR token (1 row):                        {costs['ar']['forward_ms']:.3f} / {costs['ar']['with_sampling_ms']:.3f}")
+    for name, what in (("block", f"full block, {B} query slots, {S - 1} logit rows"),
+                       ("sub_block", f"sub-block, {S + 1} query slots, {S} logit rows")):
+        c = costs[name]
+        print(f"  diffusion step ({what}): {c['forward_ms']:.3f} / {c['with_sampling_ms']:.3f} = {c['over_ar']:.2f}x an AR token")
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--model", default="demo", help="engine file, checkpoint folder, or 'demo' (the bundled model)")
+    ap.add_argument("--prompts-file", default=DEFAULT_PROMPTS, help='JSON {"skills": [...], "open": [...]}')
+    ap.add_argument("--limit", type=int, help="the first N prompts of each set")
+    ap.add_argument("--max-new-tokens", type=int, help="default: the app's (DecodeParams)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per reply; the fastest counts")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompts-file", help='JSON {"prompts": [...]}, e.g. assets/demo-heldout.json')
     ap.add_argument("--lm-head", default="int8", choices=("int8", "exact"))
-    ap.add_argument("--json", help="write the raw results here")
-    args = ap.parse_args()
+    ap.add_argument("--attention", choices=("block", "causal"), help="default: the checkpoint's")
+    ap.add_argument("--steps-only", action="store_true", help="only the single-step costs (no replies)")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
 
     import bitnet_app
+    from bitnet_app.params import KNOBS
 
     model = bitnet_app.load_model(args.model, threads=args.threads, lm_head=args.lm_head)
-    knobs = model.diffusion_defaults
-    B, S = knobs["block_size"], knobs["sub_block_size"]
-    texts = prompts_for(args.prompts, args.prompts_file)
-    prompts = [model.encode(t) for t in texts]
-    common = dict(max_new_tokens=args.max_new_tokens, temperature=0.0)
-    run(model, prompts[0], mode="ar", **common)  # warm-up
-    ar = [run(model, p, mode="ar", **common) for p in prompts]
-    rows = [summary_row("AR (greedy)", ar, ar, B)]
-    # Calibration of the agreement columns: the same AR decoder with the other head (int8 rounding of the
-    # logits only). Position-by-position agreement of two free-running greedy texts is decided by near-ties.
-    other = "exact" if args.lm_head == "int8" else "int8"
-    twin = bitnet_app.load_model(args.model, threads=args.threads, lm_head=other)  # a second engine, closed below
-    rows.append(summary_row(f"AR (greedy), {other} head", [run(twin, p, mode="ar", **common) for p in prompts], ar, B))
-    twin.close()
-    samples = {"AR": model.decode(ar[0].ids)}
-    for dual in (False, True):
-        for thr in THRESHOLDS:
-            res = [run(model, p, mode="diffusion", threshold=thr, dual_cache=dual, **common) for p in prompts]
-            name = f"diffusion thr {thr}" + (" + DualCache" if dual else "")
-            rows.append(summary_row(name, res, ar, B))
-            if thr == 0.9:
-                samples[name] = model.decode(res[0].ids)
-    costs = step_costs(model, B, S)
+    sets = {} if args.steps_only else load_prompts(args.prompts_file, args.limit)
+    knobs = {**model.diffusion_defaults, **({"attention": args.attention} if args.attention else {})}
+    dual_default = KNOBS["dual_cache"].default
+    common = {"temperature": 0.0}
+    if args.max_new_tokens:
+        common["max_new_tokens"] = args.max_new_tokens
+    max_new = common.get("max_new_tokens", KNOBS["max_new_tokens"].default)
+    fastest(model, model.chat_ids([{"role": "user", "content": "Hello"}]), 1, mode="diffusion", **common)  # warm-up
+
+    costs = single_step_costs(model, knobs, repeats=max(args.repeats, 20))
+    results = {}
+    if not args.steps_only:
+        other = "exact" if args.lm_head == "int8" else "int8"
+        twin = bitnet_app.load_model(args.model, threads=args.threads, lm_head=other)
+        results = {name: run_set(model, twin, texts, args.repeats, common, dual_default, args.attention)
+                   for name, texts in sets.items()}
+        twin.close()
     info = model.info()
-    print(f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, {info['isa']}, {info['threads']} threads, {args.lm_head} head; "
-          f"block {B}, sub-block {S}, attention {knobs['attention']}, {len(prompts)} prompts x {args.max_new_tokens} tokens, greedy\n")
-    print("| setting | committed tok/s | vs AR | tokens / forward | first block = AR | whole first block = AR | identical prefix |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['setting']} | {r['tok_s']:.1f} | {r['tok_s'] / rows[0]['tok_s']:.2f}x | {r['tokens_per_forward']:.2f} "
-              f"| {100 * r['first_block_agree']:.0f}% | {r['identical_first_blocks']}/{len(prompts)} | {100 * r['prefix']:.0f}% |")
-    print(f"\nstep costs: AR {costs['ar_step_ms']:.2f} ms, full block ({B}) {costs['block_step_ms']:.2f} ms, "
-          f"DualCache sub-block ({S}) {costs['dual_cache_step_ms']:.2f} ms: diffusion beats AR only above "
-          f"{costs['break_even_tokens_per_step']:.1f} tokens per full-block step "
-          f"({costs['break_even_tokens_per_step_dual']:.1f} with DualCache)")
-    print("\nsamples (prompt 1):")
-    print(f"prompt: {texts[0]!r}")
-    for k, v in samples.items():
-        print(f"{k}: {v!r}")
+    header = (f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, context {info['context']}, "
+              f"{info['isa']}, {info['threads']} threads, {args.lm_head} head; greedy, block {knobs['block_size']}, "
+              f"sub-block {knobs['sub_block_size']}, threshold {knobs['threshold']}, attention {knobs['attention']}, "
+              f"DualCache {'on' if dual_default else 'off'} by default, max {max_new} new tokens")
+    header += "" if args.steps_only else f"; fastest of {args.repeats} runs per reply"
+    print_report(header, results)
+    print_single_steps(costs, knobs)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "costs": costs, "samples": samples, "prompts": texts}, f, indent=1)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"header": header, "knobs": knobs, "results": results, "single_steps": costs}, f, indent=1)
 
 
 if __name__ == "__main__":

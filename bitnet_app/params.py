@@ -73,8 +73,9 @@ class DecodeParams:
                                  choices=ATTENTIONS, optional=True, diffusion=True, label="Attention pattern")
     mask_id: int | None = knob(None, "The id of the mask token that marks undecided slots (a spare id when "
                                "the checkpoint has none).", kind=int, low=0, optional=True, diffusion=True, label="Mask id")
-    dual_cache: bool = knob(False, "Re-run only the sub-block inside a block (faster, approximate for block "
-                            "attention).", kind=bool, diffusion=True, label="Dual cache")
+    dual_cache: bool = knob(False, "Block attention: re-run only the sub-block after its first step (faster, "
+                            "approximate). Causal attention always does (exact).", kind=bool, diffusion=True,
+                            label="Dual cache")
 
     def __post_init__(self):
         for f in fields(self):

@@ -5,6 +5,9 @@ Why full recompute equals the engine's cache: with the block pattern (key k visi
 k // B <= q // B) or the causal one, no earlier position ever sees a later block, so the K/V of finished
 blocks do not depend on what the current block holds.
 
+Every block has B whole slots (masks up to B), also when the budget ends inside it: only the context
+end (ctx, when given) cuts a block. The reply is cut to max_new_tokens as it resolves.
+
 Returns (generated ids, per-step fills, stop reason), the fills as lists of slot indices per forward.
 """
 import numpy as np
@@ -13,8 +16,9 @@ from bitnet_app.engine.reference import block_mask, causal_mask
 
 
 def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block_size, sub_block_size,
-                        threshold, attention, mask_id, head="exact"):
+                        threshold, attention, mask_id, head="exact", ctx=None):
     B, S = block_size, sub_block_size
+    budget = max_new_tokens if ctx is None else min(max_new_tokens, ctx - len(prompt))
     stop_ids = set(stop_ids)
     seq = list(prompt)            # resolved ids (prompt + reply so far)
     out, fills = [], []
@@ -25,7 +29,7 @@ def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block
         return ref.logits(np.asarray(tokens), mask=mask, head=head)[rows]
 
     def finished():
-        return len(out) >= max_new_tokens
+        return len(out) >= budget
 
     # the first slot of a block that starts right after the prompt or a finished block
     def predict_next(seq_now):
@@ -37,7 +41,9 @@ def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block
             return "stop"
         out.append(tok)
         seq.append(tok)
-        return "length" if finished() else None
+        if finished():
+            return "length" if len(out) >= max_new_tokens else "context"
+        return None
 
     block_start = len(prompt) // B * B
     known = list(prompt[block_start:])
@@ -47,7 +53,7 @@ def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block
         for tok in known[len(seq) - block_start:]:  # a predicted first slot (not prompt) is final at once
             if reason := resolve(tok):
                 return out, fills, reason
-        room = min(B, len(prompt) + max_new_tokens - block_start)
+        room = B if ctx is None else min(B, ctx - block_start)  # whole blocks; only the context end cuts one
         block = known + [mask_id] * (room - len(known))
         for lo in range(0, len(block), S):
             hi = min(lo + S, len(block))
@@ -66,4 +72,6 @@ def reference_diffusion(ref, prompt, *, sampler, stop_ids, max_new_tokens, block
                     if reason := resolve(block[len(seq) - block_start]):
                         return out, fills, reason
         block_start += len(block)
+        if ctx is not None and block_start >= ctx:
+            return out, fills, "context"
         known = [predict_next(seq)]

@@ -67,6 +67,39 @@ def test_sampled_decoding_equals_reference(dlm, attention):
     assert events[-1].ids == ids and fills_of(events) == fills
 
 
+@pytest.mark.parametrize("attention", ["block", "causal"])
+def test_a_budget_ending_inside_a_block_cuts_a_longer_reply(dlm, attention):
+    """Every block has B whole slots: under block attention every slot sees the whole block, so a block cut
+    to the budget would change its logits. A reply whose budget ends mid-block is the start of a longer one,
+    with the same steps so far."""
+    ef, ref, eng, mask = dlm
+    prompt = prompt_of(5, seed=14)  # the first block holds 11 reply slots, the next ones 16
+    kw = dict(block_size=B, sub_block_size=S, threshold=0.3, attention=attention)
+    long = run_engine(eng, prompt, mask, max_new_tokens=43, **kw)
+    assert all(len(e.block) == B for e in long if isinstance(e, Step))
+    for budget in (1, 3, 9, 14, 20, 30):  # each ends inside a block, or in its first sub-block
+        short = run_engine(eng, prompt, mask, max_new_tokens=budget, **kw)
+        assert short[-1].ids == long[-1].ids[:budget] and short[-1].stop_reason == "length"
+        steps = [e for e in short if isinstance(e, Step)]
+        assert all(len(e.block) == B for e in steps)
+        assert fills_of(short) == fills_of(long)[:len(steps)]
+
+
+@pytest.mark.parametrize("attention", ["block", "causal"])
+def test_only_the_context_end_cuts_a_block(dlm, attention):
+    ef, ref, eng, mask = dlm
+    ctx = 2 * B + 6
+    short_ctx = Engine(ef, lm_head="exact", threads=2, ctx=ctx)
+    prompt = prompt_of(5, seed=15)
+    kw = dict(max_new_tokens=100, block_size=B, sub_block_size=S, threshold=0.3, attention=attention)
+    events = run_engine(short_ctx, prompt, mask, **kw)
+    ids, fills, reason = reference_diffusion(ref, prompt, sampler=Sampler(banned_ids=[mask]), stop_ids=[],
+                                             mask_id=mask, ctx=ctx, **kw)
+    assert (events[-1].ids, fills_of(events), events[-1].stop_reason) == (ids, fills, reason)
+    assert len(ids) == ctx - len(prompt) and reason == "context"
+    assert {len(e.block) for e in events if isinstance(e, Step)} == {B, 6}
+
+
 def test_stop_token_inside_a_block_ends_the_reply(dlm):
     ef, ref, eng, mask = dlm
     prompt = prompt_of(7, seed=4)
@@ -101,13 +134,15 @@ def test_causal_leftmost_floor_equals_greedy_ar(dlm):
                for e in events if isinstance(e, Step))
 
 
-def test_dual_cache_is_exact_for_causal_attention(dlm):
+def test_dual_cache_changes_nothing_for_causal_attention(dlm):
+    """Causal steps always re-run only the sub-block (exact), so the knob cannot change them."""
     ef, ref, eng, mask = dlm
     prompt = prompt_of(12, seed=9)
     kw = dict(max_new_tokens=40, block_size=B, sub_block_size=S, threshold=0.2, attention="causal")
-    plain = run_engine(eng, prompt, mask, **kw)
-    dual = run_engine(eng, prompt, mask, dual_cache=True, **kw)
-    assert dual[-1].ids == plain[-1].ids and fills_of(dual) == fills_of(plain)
+    ids, fills, _ = reference_diffusion(ref, prompt, sampler=Sampler(banned_ids=[mask]), stop_ids=[], mask_id=mask, **kw)
+    for dual in (False, True):
+        events = run_engine(eng, prompt, mask, dual_cache=dual, **kw)
+        assert events[-1].ids == ids and fills_of(events) == fills
 
 
 def test_dual_cache_block_attention_runs_and_fills_every_slot(dlm):
@@ -164,6 +199,9 @@ def test_mask_is_never_predicted_and_stats_are_complete(dlm):
     assert mask not in done.ids
     for key in ("tokens", "forwards", "tokens_per_forward", "tok_s", "ttft_s", "steps"):
         assert key in done.stats
+    st = done.stats  # where the time went: steps (their forwards inside), other forwards, the rest
+    assert 0 < st["step_engine_s"] < st["step_s"] < st["total_s"] and st["step_engine_s"] < st["engine_s"]
+    assert st["engine_s"] - st["step_engine_s"] + st["step_s"] <= st["total_s"]
     assert done.stats["tokens"] == 20 and done.stats["forwards"] == sum(isinstance(e, Step) for e in events) + \
         (done.stats["forwards"] - done.stats["steps"])
 
@@ -183,3 +221,27 @@ def test_model_without_a_mask_token_still_runs_diffusion(tmp_path):
     ar = model.complete(ids, max_new_tokens=20)
     diff = model.complete(ids, mode="diffusion", max_new_tokens=20, threshold=1.0, dual_cache=True)
     assert diff == ar
+
+
+def test_benchmark_reports_both_prompt_sets(dlm, tmp_path, capsys):
+    """benchmarks/diffusion_vs_ar.py end to end on a small model: prompts rendered with the chat template,
+    skills and open reported separately, the step cost beside tokens per step."""
+    from benchmarks import diffusion_vs_ar
+
+    ef, ref, eng, mask = dlm
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text('{"skills": ["Count from 1 to 9", "Spell cat"], "open": ["ROMEO."]}')
+    out = tmp_path / "out.json"
+    diffusion_vs_ar.main(["--model", ef.path, "--prompts-file", str(prompts), "--max-new-tokens", "20",
+                          "--repeats", "2", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "skills: 2 prompts" in printed and "open: 1 prompts" in printed and "step / AR token" in printed
+    import json
+    res = json.loads(out.read_text())["results"]
+    for name in ("skills", "open"):
+        default, dual = res[name]["rows"]
+        assert "app default" in default["setting"] and "DualCache" in dual["setting"]
+        assert default["tokens_per_step"] >= 1.0 and 0 <= dual["same_as_exact"] <= 1
+        assert default["step_ms"] > default["step_forward_ms"] > 0 and default["ar_token_ms"] > 0
+    steps = json.loads(out.read_text())["single_steps"]
+    assert {"ar", "block", "sub_block"} <= set(steps) and steps["block"]["with_sampling_ms"] > steps["block"]["forward_ms"] > 0

@@ -270,3 +270,13 @@ def test_cli_a_text_file_as_model_is_not_called_a_truncated_engine_file(ckpt, tm
         r = run_cli("generate", "--model", str(path), "--prompt", "x")
         assert r.returncode == 2 and r.stderr.startswith("error: ") and said in r.stderr, r.stderr
         assert ("truncated" in r.stderr) == (path == cut)
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(repetition_penalty=1.3), dict(temperature=0.8, top_p=0.9, seed=4)])
+def test_sampler_token_is_the_id_of_a_full_call(settings):
+    """AR asks only for the id (greedy then skips the probability): the same id, and the same random draws."""
+    logits = np.random.default_rng(7).standard_normal((12, 300)).astype(np.float32) * 4
+    context = [5, 9, int(np.argmax(logits[0]))]
+    full, alone = Sampler(banned_ids=[2], **settings), Sampler(banned_ids=[2], **settings)
+    for row in logits:
+        assert alone.token(row, context) == full(row, context)[0]

@@ -4,7 +4,7 @@
                           max_new_tokens=64, detokenizer=tok.detokenizer()):
         ...  # Token(id, text) per token, then Done(stats, stop_reason, text, ids)
 
-Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; the sampler takes (V,).
+Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; sampler.token takes (V,).
 
 Timing: time.perf_counter() around the work done inside the generator (forwards, sampling,
 detokenizing), never across a `yield`, so a slow consumer does not change the figures.
@@ -61,12 +61,12 @@ def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int
         del kv_ids[reuse:]
     logits = _forward_commit(engine, prompt[reuse:], reuse, kv_ids)
     forwards += 1
-    prefill_s = clock() - t
+    prefill_s = engine_s = clock() - t
     busy += clock() - t
 
     while True:
         t = clock()
-        token, _prob = sampler(logits, context)
+        token = sampler.token(logits, context)
         if token in stop_set:
             busy += clock() - t
             stop_reason = STOP_TOKEN
@@ -85,6 +85,7 @@ def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int
         logits = _forward_commit(engine, [token], len(prompt) + len(out) - 1, kv_ids)
         forwards += 1
         busy += clock() - t
+        engine_s += clock() - t
 
     t = clock()
     if detokenizer is not None:
@@ -93,7 +94,9 @@ def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int
     else:
         text = ""
     busy += clock() - t
-    yield Done(_stats(len(out), forwards, busy, ttft, prefill_s, len(prompt), reuse), stop_reason, text, out)
+    stats = _stats(len(out), forwards, busy, ttft, prefill_s, len(prompt), reuse)
+    stats["engine_s"] = engine_s  # prefill and decode forwards (the rest of total_s: sampling, text)
+    yield Done(stats, stop_reason, text, out)
 
 
 def _stats(tokens, forwards, total_s, ttft_s, prefill_s, prompt_tokens, reused_tokens) -> dict:

@@ -7,18 +7,27 @@
 
 The sequence is cut into blocks of B slots aligned to absolute positions 0, B, 2B, ... A block holds
 what is already known (the prompt's tail, or the token predicted by the previous block) followed by
-MASK slots. Sub-blocks of S slots are decoded left to right; each step is one uncommitted forward of
-the whole block against the cache (token shift: the logits of slot j-1 predict slot j), then every
-masked slot of the sub-block whose confidence (probability of the sampled token) exceeds the threshold
-is filled, and always at least one: the most confident (block attention) or the leftmost (causal
-attention, which makes the result equal greedy AR when nothing else passes the threshold). A finished
-block is run once more and COMMITTED, so no K/V computed from MASK inputs stays in the cache; the last
-row of that pass predicts the next block's first slot.
+MASK slots up to B: a block is always B whole slots, also when the reply's budget ends inside it (the
+model was trained on whole blocks; under block attention every slot sees the whole block, so a shorter
+block would change every logit in it). Only the context end may cut a block. The reply is cut to
+max_new_tokens as its slots resolve, and decoding stops there: the tokens before the cut are exactly
+those of a longer reply. Sub-blocks of S slots are decoded left to right; each step is one uncommitted
+forward of the block against the cache (token shift: the logits of slot j-1 predict slot j), then
+every masked slot of the sub-block whose confidence (probability of the sampled token) exceeds the
+threshold is filled, plus one floor slot, so that each step fills at least one:
+  - block attention: the most confident masked slot of the sub-block (Fast-dLLM v2's rule);
+  - causal attention: the leftmost masked slot. Its logits see exactly the resolved prefix, so its
+    prediction is the AR prediction; threshold 1.0 with causal attention is therefore greedy AR.
+A finished block is run once more and COMMITTED, so no K/V computed from MASK inputs stays in the
+cache; the last row of that pass predicts the next block's first slot.
 
 Shapes: engine.forward(block, rows=R) -> (len(R), V) float32; sampler((R, V)) -> tokens (R,), probs (R,).
-DualCache (optional, off by default): inside a sub-block, after its first full-block step, re-run only
-the sub-block's query rows against the block's scratch K/V (engine kv_end); exact for causal attention,
-an approximation for block attention (later slots' K/V are from the first step's inputs).
+Queries (see _Run.query_span): causal attention runs only the slots up to the sub-block's end, and
+after a sub-block's first step only the sub-block (exact: no slot sees a later one). Block attention
+runs the whole block every step (exact), unless DualCache (dual_cache=True) asks to re-run only the
+sub-block's slots (and the one before it, whose row predicts the first) after the sub-block's first
+step, against the block's scratch K/V (engine kv_end): an approximation, since the other slots' K/V
+are from the sub-block's first step.
 """
 import time
 
@@ -83,11 +92,14 @@ class _Run:
         self.dual_cache, self.kv_ids = dual_cache, kv_ids
         self.forwards = self.steps = 0
         self.busy = self.ttft = 0.0
+        self.engine_s = self.step_s = self.step_engine_s = 0.0  # where the time goes (see _stats)
 
     def forward(self, tokens, start, commit, rows, kv_end=None):
         self.forwards += 1
+        t = time.perf_counter()
         logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
                                      block_size=self.B, kv_end=kv_end, rows=rows)
+        self.engine_s += time.perf_counter() - t
         if commit and self.kv_ids is not None:
             del self.kv_ids[start:]
             self.kv_ids.extend(tokens)
@@ -108,21 +120,37 @@ class _Run:
         tail = list(self.prompt[n_full:])
         return n_full, tail, len(tail)
 
+    def query_span(self, lo: int, hi: int, n: int, first_step: bool) -> tuple[int, int, int | None]:
+        """(q0, q1, kv_end or None): the block slots [q0, q1) to run as queries for a step on the
+        sub-block [lo, hi) of an n-slot block, and how far into the block the keys reach.
+
+        The step needs the logits of rows lo-1 .. hi-2 (token shift).
+        Causal attention (exact): no row sees a later slot, so slots from hi-1 on are left out, and after
+        the sub-block's first step only lo-1 .. hi-2 run, against the scratch K/V that step wrote for the
+        earlier slots (final ids: every earlier sub-block was complete).
+        Block attention: every slot sees the whole block, so all n slots run (exact); under DualCache,
+        after the sub-block's first step, only lo-1 .. hi-1 run, against the scratch K/V of the other
+        slots (kv_end = n): an approximation, since those K/V are from the sub-block's first step."""
+        rerun = not first_step and (self.causal or self.dual_cache)
+        q0 = max(lo - 1, 0) if rerun else 0
+        if self.causal:
+            return q0, hi - 1, None
+        return (q0, hi, n) if rerun else (0, n, None)
+
     def step(self, block, block_start, lo, hi, first_step) -> list[int]:
         """One denoising forward for the sub-block [lo, hi); fills slots in place, returns which."""
+        t0, engine_before = time.perf_counter(), self.engine_s
         masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
-        rows = [j - 1 for j in masked]                                  # token shift
-        if self.dual_cache and not first_step:
-            q0 = max(lo - 1, 0)  # only the sub-block's query rows lo-1 .. hi-2, against the block's scratch K/V
-            logits = self.forward(block[q0:hi - 1], block_start + q0, False, [r - q0 for r in rows],
-                                  kv_end=block_start + len(block))
-        else:
-            logits = self.forward(block, block_start, False, rows)
+        q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step)
+        logits = self.forward(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
+                              kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
         tokens, probs = self.sampler(logits, self.reply.context)
-        fill = _choose(masked, np.asarray(probs), self.threshold, self.causal)
+        fill = _choose(masked, probs, self.threshold, self.causal)
         for j in fill:
             block[j] = int(tokens[masked.index(j)])
+        self.step_s += time.perf_counter() - t0
+        self.step_engine_s += self.engine_s - engine_before
         return fill
 
     def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
@@ -163,15 +191,17 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
     try:
         if budget <= 0:
             reason = STOP_LENGTH if max_new_tokens <= 0 else STOP_CONTEXT
-            yield Done(_stats(0, 0, 0, 0.0, 0.0, len(prompt)), reason, "", [])
+            yield Done(_stats(run, 0, len(prompt)), reason, "", [])
             return
         t = clock()
         block_start, known, prompt_slots = run.first_block()
         run.busy += clock() - t
         while not reply.done:
-            # the block: known ids, then masks up to B (fewer at the end of the budget or the context)
+            # the block: known ids, then masks up to B whole slots, also when the budget ends inside it
+            # (the model only ever saw whole blocks; the reply is cut to the budget as it resolves).
+            # Only the context end may cut a block.
             t = clock()
-            room = min(B, engine.ctx - block_start, len(prompt) + budget - block_start)
+            room = min(B, engine.ctx - block_start)
             block = known + [mask] * max(room - len(known), 0)
             emitted, events = run.resolve_prefix(block, prompt_slots)  # a predicted first slot is final already
             run.busy += clock() - t
@@ -205,7 +235,7 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
         reason = reply.stop_reason
         if reason == "budget":
             reason = STOP_LENGTH if len(reply.ids) >= max_new_tokens else STOP_CONTEXT
-        stats = _stats(len(reply.ids), run.forwards, run.steps, run.busy, run.ttft, len(prompt))
+        stats = _stats(run, len(reply.ids), len(prompt))
         yield Done(stats, reason, text, list(reply.ids))
     finally:
         # an AR turn must not reuse K/V computed with the diffusion pattern
@@ -222,7 +252,8 @@ def _choose(masked: list[int], probs: np.ndarray, threshold: float, causal: bool
     return sorted(fill)
 
 
-def _stats(tokens, forwards, steps, total_s, ttft_s, prompt_tokens) -> dict:
+def _stats(run: _Run, tokens: int, prompt_tokens: int) -> dict:
+    forwards, steps, total_s = run.forwards, run.steps, run.busy
     return {
         "tokens": tokens,
         "forwards": forwards,            # every engine call: prefill, denoising steps, block commits
@@ -230,7 +261,10 @@ def _stats(tokens, forwards, steps, total_s, ttft_s, prompt_tokens) -> dict:
         "tokens_per_forward": tokens / forwards if forwards else 0.0,
         "tokens_per_step": tokens / steps if steps else 0.0,
         "tok_s": tokens / total_s if total_s > 0 else 0.0,
-        "ttft_s": ttft_s,
+        "ttft_s": run.ttft,
         "prompt_tokens": prompt_tokens,
-        "total_s": total_s,
+        "total_s": total_s,              # all work inside the generator (never across a yield)
+        "engine_s": run.engine_s,        # inside engine.forward: prefill, steps and commits
+        "step_s": run.step_s,            # denoising steps: their forwards, sampling and the choice of slots
+        "step_engine_s": run.step_engine_s,  # the forwards' part of step_s
     }

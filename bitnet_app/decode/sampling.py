@@ -85,6 +85,7 @@ class Sampler:
         s = Sampler(temperature=0.7, top_p=0.9, seed=1, banned_ids=[mask_id])
         tok, prob = s(logits_v, context_ids)          # (V,) -> int, float
         toks, probs = s(logits_rv, context_ids)       # (R, V) -> (R,) int64, (R,) float64
+        tok = s.token(logits_v, context_ids)          # (V,) -> int, the same id without its probability
     """
 
     def __init__(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
@@ -120,21 +121,32 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, context_ids=None):
         # Same maths as distribution() + an inverse-CDF draw, but without sorting the whole vocabulary:
-        # the draw only looks at the few ids that can win (see _candidates).
-        x = ban_ids(logits, self.banned_ids)
-        x = repetition_penalty(x, context_ids, self.repetition_penalty)
+        # the draw only looks at the few ids that can win (see _candidates). Greedy runs on all rows at
+        # once (a diffusion step samples up to a sub-block of rows over a 128k vocabulary).
+        x = ban_ids(logits, self.banned_ids)  # a float32 copy: the caller's array is left alone
+        if self.repetition_penalty != 1.0:
+            x = repetition_penalty(x, context_ids, self.repetition_penalty)
         rows = x.reshape(-1, x.shape[-1])
-        tokens = np.empty(len(rows), dtype=np.int64)
-        probs = np.empty(len(rows), dtype=np.float64)
-        for r, row in enumerate(rows):
-            if self.greedy:
-                tokens[r] = np.argmax(row)
-                probs[r] = 1.0 / np.sum(np.exp(row.astype(np.float64) - row[tokens[r]]))
-            else:
+        if self.greedy:
+            tokens, probs = greedy_rows(rows)
+        else:
+            tokens = np.empty(len(rows), dtype=np.int64)
+            probs = np.empty(len(rows), dtype=np.float64)
+            for r, row in enumerate(rows):
                 tokens[r], probs[r] = self._draw(row.astype(np.float64) / self.temperature)
         if x.ndim == 1:
             return int(tokens[0]), float(probs[0])
         return tokens, probs
+
+    def token(self, logits: np.ndarray, context_ids=None) -> int:
+        """The id alone, for one position (V,): what AR needs. Greedy skips the probability (an exp over
+        the whole vocabulary per token); otherwise the same draw as __call__."""
+        if not self.greedy:
+            return self(logits, context_ids)[0]
+        x = ban_ids(logits, self.banned_ids)
+        if self.repetition_penalty != 1.0:
+            x = repetition_penalty(x, context_ids, self.repetition_penalty)
+        return int(np.argmax(x))
 
     def _draw(self, z: np.ndarray) -> tuple[int, float]:
         """One draw from (V,) float64 tempered logits: top-k, then top-p, then inverse CDF in id order
@@ -146,6 +158,15 @@ class Sampler:
         cdf = np.cumsum(q)
         i = min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="left")), len(keep) - 1)
         return int(keep[i]), float(q[i])
+
+
+def greedy_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(R, V) float32 logits, OVERWRITTEN -> argmax ids (R,) int64 and their softmax probabilities (R,)
+    float64: 1 / sum(exp(x - max)), the exponentials in float32 (relative error ~1e-8), summed in float64."""
+    tokens = np.argmax(rows, axis=-1)
+    rows -= rows[np.arange(len(rows)), tokens][:, None]
+    np.exp(rows, out=rows)
+    return tokens, 1.0 / np.sum(rows, axis=-1, dtype=np.float64)
 
 
 NUCLEUS_GUESSES = (256, 4096)  # top-p tries the best 256 ids, then 4096, then the whole pool
