@@ -25,27 +25,28 @@ def agrees(out, want, min_rows=0.75):
     return np.mean(row_err <= TOL) >= min_rows and np.median(row_err) <= TOL
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("engine")
-    # awkward sizes: hidden 80 and intermediate 72 are not multiples of the 64-byte vector width
-    make_hf_checkpoint(d / "ck", hidden_size=80, intermediate_size=72, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, seed=3)
+def _engine_model(tmp_path_factory, name, **shape):
+    """A random checkpoint of this shape (2 layers), converted: (EngineFile, its numpy reference)."""
+    d = tmp_path_factory.mktemp(name)
+    make_hf_checkpoint(d / "ck", num_hidden_layers=2, **shape)
     convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"))
     ef = EngineFile(str(d / "m.bitnet"))
     return ef, NumpyModel(ef)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    # awkward sizes: hidden 80 and intermediate 72 are not multiples of the 64-byte vector width
+    return _engine_model(tmp_path_factory, "engine", hidden_size=80, intermediate_size=72,
+                         num_attention_heads=4, num_key_value_heads=2, seed=3)
 
 
 @pytest.fixture(scope="module")
 def tiny_hd16(tmp_path_factory):
     """head_dim 16, a multiple of 8: the shape the SIMD attention kernels take (real models' 48, 64, 128 too);
     GQA groups of 3 and 45 positions, so keys come in blocks of 8 and a tail."""
-    d = tmp_path_factory.mktemp("engine16")
-    make_hf_checkpoint(d / "ck", hidden_size=96, intermediate_size=72, num_hidden_layers=2,
-                       num_attention_heads=6, num_key_value_heads=2, seed=4)
-    convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"))
-    ef = EngineFile(str(d / "m.bitnet"))
-    return ef, NumpyModel(ef)
+    return _engine_model(tmp_path_factory, "engine16", hidden_size=96, intermediate_size=72,
+                         num_attention_heads=6, num_key_value_heads=2, seed=4)
 
 
 def ids_for(ef, n, seed=0):
