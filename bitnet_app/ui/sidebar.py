@@ -39,8 +39,10 @@ def model_picker(busy: bool):
                                    placeholder="owner/name or /path/to/checkpoint",
                                    help="Any BitNet b1.58 checkpoint: a Hub repo id, or a local folder with "
                                         "config.json, tokenizer.json and *.safetensors.")
-        st.number_input("CPU threads", min_value=0, max_value=max(1, os.cpu_count() or 1), step=1, key="threads",
-                        disabled=busy, help="Threads for the engine; 0 uses every core. Changing it reloads the model.")
+        cores = max(1, os.cpu_count() or 1)
+        st.selectbox("CPU threads", list(range(cores + 1)), key="threads", disabled=busy,
+                     format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
+                     help="Threads for the engine; auto uses every core. Changing it reloads the model.")
         source = sources.resolve(label, custom)
         if source is not None:
             about.caption(sources.describe(source))  # until a model runs (describe_running)
