@@ -157,23 +157,23 @@ def main():
     from bitnet_app.bench import synthetic_file
 
     isas = [i for i in ("avx512", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
-    path = synthetic_file("2b4t")
-    commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO).strip()
-    result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,
-              "machine": machine()}
-    t = time.time()
-    result["ceilings_before"] = ceilings()
-    result["paths"] = {}
-    for isa in isas:
-        reps = args.portable_repeats if isa == "portable" else args.repeats
-        result["paths"][isa] = bench_path(path, isa, reps)
-        print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
-    result["ceilings_after"] = ceilings()  # again after: the machine is shared
-    result["ceilings"] = {k: max(result["ceilings_before"][k], result["ceilings_after"][k])
-                          for k in ("stream_gb_s", "batch_gmac_s")}
-    result["memory"] = {"short": memory_and_load(path), "long": memory_and_load(path, ctx_fill=3800)}
-    result["agreement"] = agreement(path, isas)
-    result["seconds"] = time.time() - t
+    with synthetic_file("2b4t") as path:  # 1.5 GB, deleted at the end (bench --synthetic 2b4t --keep keeps one)
+        commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO).strip()
+        result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,
+                  "machine": machine()}
+        t = time.time()
+        result["ceilings_before"] = ceilings()
+        result["paths"] = {}
+        for isa in isas:
+            reps = args.portable_repeats if isa == "portable" else args.repeats
+            result["paths"][isa] = bench_path(path, isa, reps)
+            print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
+        result["ceilings_after"] = ceilings()  # again after: the machine is shared
+        result["ceilings"] = {k: max(result["ceilings_before"][k], result["ceilings_after"][k])
+                              for k in ("stream_gb_s", "batch_gmac_s")}
+        result["memory"] = {"short": memory_and_load(path), "long": memory_and_load(path, ctx_fill=3800)}
+        result["agreement"] = agreement(path, isas)
+        result["seconds"] = time.time() - t
     os.makedirs(args.out, exist_ok=True)
     out = os.path.join(args.out, f"{result['date'][:10]}-{commit}.json")
     with open(out, "w") as f:

@@ -98,14 +98,16 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import format_report, run_bench, synthetic_file
 
+    say = lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     if args.synthetic:
-        print(f"bench: preparing the synthetic {args.synthetic} model (written once, then cached)",
-              file=sys.stderr, flush=True)
-        path = synthetic_file(args.synthetic)
+        say(f"preparing the synthetic {args.synthetic} model ("
+            + ("kept in the cache for the next run)" if args.keep else "deleted at the end; --keep keeps it)"))
+        with synthetic_file(args.synthetic, keep=args.keep) as path:
+            report = run_bench(path, threads=args.threads, isa=args.isa, lm_head=args.lm_head,
+                               repeats=args.repeats, progress=say)
     else:
-        path = _model_file(args.model)
-    report = run_bench(path, threads=args.threads, isa=args.isa, lm_head=args.lm_head, repeats=args.repeats,
-                       progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
+        report = run_bench(_model_file(args.model), threads=args.threads, isa=args.isa, lm_head=args.lm_head,
+                           repeats=args.repeats, progress=say)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 
@@ -175,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--isa", choices=("avx512", "avx2", "portable"), help="force a kernel path")
     b.add_argument("--lm-head", choices=("int8", "exact"), default="int8")
     b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")
+    b.add_argument("--keep", action="store_true",
+                   help="with --synthetic: keep the generated file in the cache for the next run")
     b.set_defaults(func=cmd_bench)
     return ap
 

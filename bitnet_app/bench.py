@@ -15,8 +15,11 @@ Every figure is the median of `repeats` timed runs after one untimed warm-up run
                    head (head.i8 for lm_head int8, the bf16 embedding for exact)
     weight_gb_s    bytes_per_token * decode_tok_s / 1e9: the weight stream rate decode achieved
 """
+import contextlib
 import os
+import shutil
 import statistics
+import tempfile
 import time
 
 import numpy as np
@@ -34,19 +37,33 @@ def bytes_per_token(ef: EngineFile, lm_head: str) -> int:
     return tiles + int(head.nbytes)
 
 
-def synthetic_file(shape: str, seed: int = 0) -> str:
-    """A random engine file of a named shape, written once into the cache folder and reused."""
+@contextlib.contextmanager
+def synthetic_file(shape: str, seed: int = 0, keep: bool = False):
+    """A random engine file of a named shape, as a context: `with synthetic_file("2b4t") as path: ...`.
+
+    keep=False (the default): the file (1.5 GB for 2b4t) is written into a temporary folder of the cache and
+    deleted at the end, unless a kept copy already exists, which is used as it is. keep=True: the file is
+    written once into the cache folder (cache/synthetic/) and stays there for the next run."""
     from .checkpoint.synthetic import write_synthetic_engine_file
     from .engine.cache import cache_dir
 
-    path = os.path.join(cache_dir(), "synthetic", f"{shape}-seed{seed}.bitnet")
-    if os.path.isfile(path):
+    kept = os.path.join(cache_dir(), "synthetic", f"{shape}-seed{seed}.bitnet")
+    if os.path.isfile(kept):
         try:
-            EngineFile(path)
-            return path
+            EngineFile(kept)
+            yield kept
+            return
         except EngineFileError:
             pass
-    return write_synthetic_engine_file(path, shape=shape, seed=seed)
+    if keep:
+        yield write_synthetic_engine_file(kept, shape=shape, seed=seed)
+        return
+    os.makedirs(cache_dir(), exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="synthetic-", dir=cache_dir())
+    try:
+        yield write_synthetic_engine_file(os.path.join(folder, f"{shape}-seed{seed}.bitnet"), shape=shape, seed=seed)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _timed_runs(run, repeats: int) -> list[float]:

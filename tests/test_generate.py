@@ -230,13 +230,24 @@ def test_cli_user_errors_are_one_line_and_exit_2(ckpt, tmp_path):
     assert not os.path.exists(tmp_path / "x.bitnet")
 
 
+def _files_under(folder) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+
+
 def test_cli_bench_synthetic_tiny_json(tmp_path):
-    r = run_cli("bench", "--synthetic", "tiny", "--json", "--threads", "1", "--repeats", "2",
-                env_extra={"BITNET_APP_CACHE": str(tmp_path)})
+    """The report's figures; the random model is deleted at the end unless --keep asks to keep it."""
+    bench = ("bench", "--synthetic", "tiny", "--json", "--threads", "1", "--repeats", "2")
+    r = run_cli(*bench, env_extra={"BITNET_APP_CACHE": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert set(rep["block_ms"]) == {"1", "4", "8", "16", "32"} and all(v > 0 for v in rep["block_ms"].values())
     assert rep["decode_tok_s"] > 0 and rep["prefill_tok_s"] > 0 and rep["threads"] == 1 and rep["isa"]
+    assert _files_under(tmp_path) == []  # nothing left behind
+
+    r = run_cli(*bench, "--keep", env_extra={"BITNET_APP_CACHE": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert _files_under(tmp_path) == [os.path.join("synthetic", "tiny-seed0.bitnet")]
     from bitnet_app.engine.file import EngineFile
     ef = EngineFile(rep["model"])
     tiles = sum(t.nbytes for n, t in ef.tensors.items() if n.endswith(".codes"))
