@@ -25,6 +25,11 @@ DEMO = os.path.join(ASSETS, "demo-model")
 HELD_OUT = ("HAMLET.\nTo be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
             "The slings and arrows of outrageous fortune,\nOr to take arms against a sea of troubles,\n"
             "And by opposing end them.")
+# A conversation in the trained format: a held-out skill with its right answer, then a Shakespeare turn.
+CONVERSATION = [{"role": "user", "content": "Count down from 316 to 303."},
+                {"role": "assistant", "content": "316, 315, 314, 313, 312, 311, 310, 309, 308, 307, 306, 305, 304, 303"},
+                {"role": "user", "content": "Continue this scene:\nHAMLET."},
+                {"role": "assistant", "content": HELD_OUT.split("\n", 1)[1]}]
 
 
 def test_bundled_files_are_the_ones_the_readme_records():
@@ -46,11 +51,30 @@ def demo(tmp_path_factory):
     return path
 
 
-def test_demo_model_is_a_block_diffusion_bitnet(demo):
+def test_demo_model_is_a_block_diffusion_chat_bitnet(demo):
     m = Model.open(demo, threads=2)
     assert m.trained_for_diffusion and m.mask_id == 3
     assert m.diffusion_defaults["attention"] == "block" and m.diffusion_defaults["block_size"] == 32
     assert m.meta["source"]["scale_mode"] == "multiply"  # autobitlinear: W_eff = ternary x weight_scale
+    assert m.context_length == 512 and m.stop_ids[0] == m.encode("<|eot_id|>", add_special_tokens=False)[0]
+
+
+def test_the_app_renders_the_chat_as_the_model_was_trained(demo):
+    """The chat template (rendered by bitnet_app.chat's sandbox) gives the very ids the training windows were
+    built from (tools/demo_chat.py): system, user and assistant turns, each closed by the stop token."""
+    from tokenizers import Tokenizer
+
+    from tools import demo_chat
+
+    tok = Tokenizer.from_file(os.path.join(DEMO, "tokenizer.json"))
+    m = Model.open(demo, threads=2)
+    talk = [{"role": "system", "content": "Be concise."}, {"role": "user", "content": "Count from 3 to 12."},
+            {"role": "assistant", "content": "3, 4, 5, 6, 7, 8, 9, 10, 11, 12"},
+            {"role": "user", "content": "Spell \"river\" with dashes."}]
+    for n in (2, 4):
+        assert m.chat_ids(talk[:n]) == demo_chat.render_ids(tok, talk[:n])
+    ids = m.chat_ids(talk[:3], add_generation_prompt=False)
+    assert ids[-1] == m.stop_ids[0] and ids.count(m.stop_ids[0]) == 3
 
 
 def _log_softmax(z):
@@ -60,7 +84,7 @@ def _log_softmax(z):
 
 
 def test_engine_reproduces_transformers_on_the_demo_model(demo):
-    ids = Model.open(demo, threads=2).encode(HELD_OUT)
+    ids = Model.open(demo, threads=2).chat_ids(CONVERSATION, add_generation_prompt=False)
     reference = Reference(DEMO)
     ref = reference.logits(ids)
     ref_nll = -np.mean(_log_softmax(ref)[np.arange(len(ids) - 1), ids[1:]])
@@ -81,14 +105,23 @@ def test_engine_reproduces_transformers_on_the_demo_model(demo):
     assert abs(nll - ref_nll) < 0.01                                             # measured 0.0002 nats
 
 
-def test_held_out_prompts_fill_two_whole_blocks():
-    """assets/demo-heldout.json (benchmarks/diffusion_vs_ar.py --prompts-file) holds text from the two plays kept out
-    of training; with the bundled tokenizer every prompt is BOS + 63 tokens, so every reply starts a fresh block."""
-    from tokenizers import Tokenizer
+def test_held_out_prompts_were_never_trained_on():
+    """assets/demo-prompts.json: {"skills": [...], "open": [...]}, each one user message. Every skill prompt comes
+    from a held-out parameter region of tools/demo_skills.py, so the training generator never asks it (checked
+    on a large sample); the open prompts are from the held-out plays."""
+    import random
 
-    tok = Tokenizer.from_file(os.path.join(DEMO, "tokenizer.json"))
-    data = json.load(open(os.path.join(ASSETS, "demo-heldout.json"), encoding="utf-8"))
-    assert "julius_caesar" in data["source"] and len(data["prompts"]) == 16
-    for text in data["prompts"]:
-        ids = tok.encode(text).ids
-        assert len(ids) == 64 and ids[0] == 0 and 3 not in ids
+    from tools import demo_skills
+    from tools.eval_demo_model import skill_prompts
+
+    data = json.load(open(os.path.join(ASSETS, "demo-prompts.json"), encoding="utf-8"))
+    assert sorted(data) == ["open", "skills"] and all(isinstance(p, str) and p for v in data.values() for p in v)
+    held_out = {p["prompt"]: p["family"] for p in skill_prompts()}
+    assert len(data["skills"]) >= 32 and set(data["skills"]) <= set(held_out)
+    assert len({held_out[p] for p in data["skills"]}) >= 8  # spread over the families
+    rng = random.Random(0)
+    trained = {demo_skills.make_item(rng, f)[0] for f in demo_skills.FAMILIES for _ in range(3000)}
+    assert not trained & set(data["skills"])
+    speakers = ("BRUTUS", "CASSIUS", "CAESAR", "ANTONY", "LUCIUS", "PORTIA", "VIOLA", "OLIVIA", "MALVOLIO",
+                "SIR TOBY", "SIR ANDREW", "MARIA", "FESTE", "CLOWN", "ORSINO", "DUKE", "SEBASTIAN", "FABIAN")
+    assert len(data["open"]) >= 4 and all(any(s in p for s in speakers) for p in data["open"])

@@ -69,12 +69,3 @@ def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
     assert suggestions.for_folder(str(model)) == suggestions.GENERAL
     assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
     assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
-
-
-def test_the_first_demo_models_openings_are_its_suggestions(tmp_path):
-    from bitnet_app.ui import suggestions
-    model = tmp_path / "demo-model"
-    model.mkdir()
-    openings = [f"ROMEO.\nLine {i}" for i in range(6)]
-    (tmp_path / "demo-heldout.json").write_text(json.dumps({"source": "held-out plays", "prompts": openings}))
-    assert suggestions.for_folder(str(model)) == [(openings[0], "open"), (openings[2], "open"), (openings[4], "open")]

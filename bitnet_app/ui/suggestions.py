@@ -5,9 +5,7 @@ is assets/demo-prompts.json beside assets/demo-model):
     {"skills": [user message, ...], "open": [user message, ...]}
 "skills" are tasks whose answer follows from the question (counting, times tables, the alphabet…), where the
 model is sure of many slots at once and block diffusion fills several per forward; "open" is free text
-(Shakespeare), where it is not. The first demo model (Shakespeare only) came with `demo-heldout.json` instead,
-{"prompts": [openings]}: those count as "open". Without either file the suggestions are general questions for
-a chat model.
+(Shakespeare), where it is not. Without a prompt file the suggestions are general questions for a chat model.
 """
 import json
 import os
@@ -15,7 +13,6 @@ import os
 import streamlit as st
 
 PROMPT_FILE = "demo-prompts.json"
-OLD_PROMPT_FILE = "demo-heldout.json"  # {"prompts": [...]}: free-text openings only
 SKILLS_SHOWN = 3
 GENERAL = [("Explain in two sentences what a 1.58-bit model is.", ""),
            ("Write a short poem about a fast little CPU.", ""),
@@ -26,10 +23,9 @@ def prompt_file(folder: str | None) -> str | None:
     """The prompt file that belongs to the checkpoint folder `folder` (inside it, else beside it), or None."""
     if not folder or not os.path.isdir(folder):
         return None
-    for name in (PROMPT_FILE, OLD_PROMPT_FILE):
-        for path in (os.path.join(folder, name), os.path.join(os.path.dirname(os.path.abspath(folder)), name)):
-            if os.path.isfile(path):
-                return path
+    for path in (os.path.join(folder, PROMPT_FILE), os.path.join(os.path.dirname(os.path.abspath(folder)), PROMPT_FILE)):
+        if os.path.isfile(path):
+            return path
     return None
 
 
@@ -52,7 +48,7 @@ def load(path: str) -> tuple[list[str], list[str]]:
         return [], []
     if not isinstance(data, dict):
         return [], []
-    return _texts(data.get("skills")), _texts(data.get("open")) or _texts(data.get("prompts"))
+    return _texts(data.get("skills")), _texts(data.get("open"))
 
 
 def _spread(items: list[str], n: int) -> list[str]:
@@ -69,7 +65,7 @@ def for_folder(folder: str | None) -> list[tuple[str, str]]:
     skills, open_ = load(path) if path else ([], [])
     if not skills and not open_:
         return list(GENERAL)
-    if not skills:  # free text only: a few openings
+    if not skills:  # free text only
         return [(p, "open") for p in _spread(open_, SKILLS_SHOWN)]
     return [(p, "skill") for p in _spread(skills, SKILLS_SHOWN)] + [(p, "open") for p in open_[:1]]
 
@@ -87,7 +83,6 @@ NOTES = {  # what the skill prompts show, per view
                "whether the two texts agree.",
 }
 OPEN_NOTE = " The book marks free text, where it is unsure and settles about one token per step."
-OPENINGS_NOTE = "This model continues the text it is given: try an opening from a play it never saw."
 
 
 def draw(prompts: list[tuple[str, str]], on_pick, key: str, view: str = "chat") -> None:
@@ -96,8 +91,6 @@ def draw(prompts: list[tuple[str, str]], on_pick, key: str, view: str = "chat") 
     kinds = {kind for _, kind in prompts}
     if "skill" in kinds:
         st.caption(NOTES[view] + (OPEN_NOTE if "open" in kinds else ""))
-    elif kinds == {"open"}:
-        st.caption(OPENINGS_NOTE)
     cols = st.columns(len(prompts))
     for i, (col, (text, kind)) in enumerate(zip(cols, prompts)):
         col.button(button_label(text), on_click=on_pick, args=(text,), width="stretch",
