@@ -24,8 +24,11 @@ cdef extern from "bitnet.h":
         bn_ternary qkv, o, gate_up, down
     ctypedef struct bn_model:
         int dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab, ctx
+        int act
         float rope_theta, eps
+        const float *rope_inv_freq
         const uint16_t *embed
+        const uint16_t *head_bf16
         const float *norm
         const int8_t *head_i8
         const float *head_scale
@@ -64,6 +67,7 @@ cdef class CEngine:
     cdef bn_engine *e
     cdef bn_layer *layers
     cdef object keep  # the EngineFile whose mmap holds the weights
+    cdef object inv_freq  # the RoPE frequencies handed to the C engine (kept alive with it)
     cdef int vocab
 
     def __cinit__(self):
@@ -87,8 +91,20 @@ cdef class CEngine:
         m.ctx = int(cfg["max_position_embeddings"])
         m.rope_theta = float(cfg["rope_theta"])
         m.eps = float(cfg["rms_norm_eps"])
+        acts = {"relu2": 0, "silu": 1}
+        if cfg.get("hidden_act", "relu2") not in acts:
+            raise ValueError(f"engine file has hidden_act {cfg.get('hidden_act')!r}; convert the checkpoint again")
+        m.act = acts[cfg.get("hidden_act", "relu2")]
         f32, u8, i8, u16, i32 = np.float32, np.uint8, np.int8, np.uint16, np.int32
+        from bitnet_app.engine.rope import rope_inv_freq
+        self.inv_freq = rope_inv_freq(cfg)  # None: plain RoPE, computed by the C engine as before
+        m.rope_inv_freq = NULL
+        if self.inv_freq is not None:
+            m.rope_inv_freq = <const float *>_ptr(self.inv_freq, f32, (hd // 2,), "rope inv_freq")
         m.embed = <const uint16_t *>_ptr(t.get("embed"), u16, (V, D), "embed")
+        m.head_bf16 = m.embed
+        if "lm_head" in t:  # untied head
+            m.head_bf16 = <const uint16_t *>_ptr(t.get("lm_head"), u16, (V, D), "lm_head")
         m.norm = <const float *>_ptr(t.get("norm"), f32, (D,), "norm")
         m.head_i8 = <const int8_t *>_ptr(t.get("head.i8"), i8, (_r16(V) // 16, _r16(D) // 4, 64), "head.i8")
         m.head_scale = <const float *>_ptr(t.get("head.scale"), f32, (_r16(V),), "head.scale")
@@ -102,9 +118,13 @@ cdef class CEngine:
         for l in range(L):
             p = f"layers.{l}."
             self.layers[l].attn_norm = <const float *>_ptr(t.get(p + "attn_norm"), f32, (D,), p + "attn_norm")
-            self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,), p + "attn_sub_norm")
+            self.layers[l].attn_sub_norm = NULL  # absent: a layer without sub-norms (Llama family)
+            if p + "attn_sub_norm" in t:
+                self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,), p + "attn_sub_norm")
             self.layers[l].ffn_norm = <const float *>_ptr(t.get(p + "ffn_norm"), f32, (D,), p + "ffn_norm")
-            self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,), p + "ffn_sub_norm")
+            self.layers[l].ffn_sub_norm = NULL
+            if p + "ffn_sub_norm" in t:
+                self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,), p + "ffn_sub_norm")
             for name, (n, k) in shapes.items():
                 if name == "qkv":
                     lin = &self.layers[l].qkv
