@@ -282,7 +282,9 @@ def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
 
 def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     """config: the normalized config; raw: config.json as read (for bd_size).
-    Returns tokenizer_json, tokenizer_config, generation_config, chat_template, stop_ids, bos_id, mask_id, diffusion."""
+    Returns tokenizer_json, tokenizer_config, generation_config, chat_template, prompt_format, stop_ids, bos_id,
+    mask_id, diffusion. prompt_format: "chat", or "completion" for a checkpoint of another family than BitNet
+    (whose default template the model layer falls back to) that has no chat template: a base model."""
     tok_path = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(tok_path):
         raise ConvertError(f"tokenizer.json is missing from {folder}. Download it with the checkpoint "
@@ -325,11 +327,13 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     if not isinstance(block, int) or isinstance(block, bool) or not 0 < block <= config["max_position_embeddings"]:
         raise ConvertError(f"the diffusion block size {block!r} (bd_size / block_size) is not a whole number between 1 "
                            f"and the context {config['max_position_embeddings']}. Fix dlm_config.json or config.json.")
+    template = _checked_template(_chat_template(folder, tc))
     return {
         "tokenizer_json": tok_text,
         "tokenizer_config": tc,
         "generation_config": gc,
-        "chat_template": _checked_template(_chat_template(folder, tc)),
+        "chat_template": template,
+        "prompt_format": "completion" if template is None and family(raw or {}) not in (None, "bitnet") else "chat",
         "stop_ids": stop_ids,
         "bos_id": None if bos is None else int(bos),
         "mask_id": None if mask_id is None else int(mask_id),

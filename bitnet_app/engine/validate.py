@@ -142,6 +142,8 @@ def check_meta(meta: dict, where: str) -> None:
     for key in ("tokenizer_config", "generation_config", "diffusion", "source"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             _fail(where, f"has a {key} that is not an object")
+    if meta.get("prompt_format") not in (None, "chat", "completion"):
+        _fail(where, f"has a prompt_format {meta['prompt_format']!r} (chat or completion)")
     d = meta.get("diffusion") or {}
     if d.get("block_size") is not None and not (_whole(d["block_size"]) and 0 < d["block_size"] <= MAX_CONTEXT):
         _fail(where, f"has a diffusion block_size {d['block_size']!r} that is not a positive whole number")

@@ -84,7 +84,11 @@ def settings(model, busy: bool) -> None:
             _knob("sub_block_size", busy, options=subs)
             _knob("threshold", busy)
             _knob("attention", busy)
-        if state.uses_system_prompt(model):
+        if model.completion:
+            st.info("This is a base model with no chat template: it runs as **completion**. It continues the "
+                    "text you write rather than answering it, so start the text you want it to go on with.",
+                    icon=":material/edit_note:")
+        elif state.uses_system_prompt(model):
             st.text_area("System prompt", key="system_prompt", height=90, disabled=busy,
                          help="Instructions the model reads before the conversation.")
         else:
