@@ -199,6 +199,7 @@ cdef extern from "kernels.h":
         void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
         void (*to_f16)(const float *x, uint16_t *h, int n) nogil
         float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
+        void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
     const bn_kernels *bn_select_kernels(const char *force)
 
 
@@ -275,3 +276,17 @@ def kernel_dot_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] a, cnp.ndarray[
     if a.shape[0] != h.shape[0]:
         raise ValueError("shape mismatch")
     return k.dot_f16(<const float *>a.data, <const uint16_t *>h.data, a.shape[0])
+
+
+def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray[float, ndim=1, mode="c"] u):
+    """silu(g) * u (n,) with the path's silu_mul; None when the path has none (forward.c's plain loop runs)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    if k.silu_mul == NULL:
+        return None
+    if g.shape[0] != u.shape[0]:
+        raise ValueError("shape mismatch")
+    out = np.zeros(g.shape[0], dtype=np.float32)
+    cdef float[::1] ov = out
+    if g.shape[0]:
+        k.silu_mul(<const float *>g.data, <const float *>u.data, &ov[0], g.shape[0])
+    return out

@@ -135,3 +135,22 @@ def test_fp16_conversion_matches_numpy(isa, n):
     back = x.astype(np.float16).astype(np.float64)
     d = _engine.kernel_dot_f16(isa, y[finite], h[finite])
     np.testing.assert_allclose(d, float(y[finite].astype(np.float64) @ back[finite]), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("n", [1, 7, 8, 13, 64, 1000])
+def test_silu_mul_matches_numpy(isa, n):
+    """The fast silu(g) * u (paths that have one) against float64 numpy: relative error at the fp32 level,
+    including large |g| where e^-g overflows in a naive formula."""
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 6).astype(np.float32)
+    g[: min(n, 3)] = np.array([-120.0, 95.0, 0.0], dtype=np.float32)[: min(n, 3)]
+    u = rng.standard_normal(n).astype(np.float32)
+    got = _engine.kernel_silu_mul(isa, g, u)
+    if got is None:
+        assert isa != "avx2", "the AVX2 path has a silu_mul"
+        return
+    gd = g.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = gd / (1 + np.exp(-gd)) * u
+    assert np.all(np.abs(got - want) <= 4e-7 * np.abs(want) + 1e-30), np.abs(got - want).max()

@@ -54,3 +54,31 @@ def test_random_helpers():
 def test_unknown_shape():
     with pytest.raises(ValueError, match="unknown synthetic shape"):
         write_synthetic_engine_file("/nonexistent/x.bitnet", shape="7b")
+
+
+def test_the_cli_knows_every_shape():
+    from bitnet_app.__main__ import SYNTHETIC_SHAPES
+    assert SYNTHETIC_SHAPES == tuple(SHAPES)
+
+
+def test_llama_family_shape_runs_like_the_numpy_reference(tmp_path):
+    """tiny-llama: silu, no sub-norms, an untied head whose int8 copy is the head's (not the embedding's),
+    Falcon3's single eos 11 and no BOS; the engine agrees with the numpy reference on it."""
+    from bitnet_app.engine.reference import NumpyModel
+    from bitnet_app.model import Model
+    path = write_synthetic_engine_file(str(tmp_path / "tl.bitnet"), shape="tiny-llama", seed=2)
+    ef = EngineFile(path)
+    cfg = ef.config
+    assert (cfg["hidden_act"], cfg["sub_norms"], cfg["tie_word_embeddings"]) == ("silu", False, False)
+    assert not any(n.endswith("_sub_norm") for n in ef.tensors) and ef["lm_head"].shape == ef["embed"].shape
+    V, D = cfg["vocab_size"], cfg["hidden_size"]
+    w8 = packing.unpack_int8_tiles(ef["head.i8"], V, D)
+    head = packing.bf16_to_f32(ef["lm_head"])
+    assert np.all(np.abs(w8 * ef["head.scale"][:V, None] - head) <= ef["head.scale"][:V, None] / 2 + 1e-6)
+    assert ef.meta["stop_ids"] == [11] and ef.meta["bos_id"] == 11
+    model = Model.open(path, lm_head="exact", threads=1)
+    ids = model.encode("Hello there")
+    assert max(ids) < V and model.decode(ids).endswith("Hello there")
+    ref = NumpyModel(ef).logits(ids)
+    got = model.logits(ids)
+    assert np.median(np.abs(got - ref).max(1) / np.abs(ref).max()) < 1e-5
