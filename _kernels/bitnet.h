@@ -81,4 +81,7 @@ void bn_engine_set_profile(bn_engine *e, int on); /* on or off; zeroes the total
 const double *bn_engine_profile(const bn_engine *e); /* BN_PART_COUNT totals in seconds */
 const char *bn_part_name(int part);                  /* NULL outside [0, BN_PART_COUNT) */
 
+/* The read roof (roof.c): GB/s that n_threads reach reading a `bytes` buffer, best of `passes`; -1 on failure. */
+double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes);
+
 #endif

@@ -4,6 +4,7 @@ EngineFile (no copies: the weights stay in the mmap) and runs bn_forward with th
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, uint8_t, uint16_t
+from libc.stddef cimport size_t
 from libc.stdlib cimport malloc, free
 
 cnp.import_array()
@@ -47,6 +48,7 @@ cdef extern from "bitnet.h":
     void bn_engine_set_profile(bn_engine *e, int on)
     const double *bn_engine_profile(const bn_engine *e)
     const char *bn_part_name(int part)
+    double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes) nogil
 
 
 cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
@@ -290,3 +292,16 @@ def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray
     if g.shape[0]:
         k.silu_mul(<const float *>g.data, <const float *>u.data, &ov[0], g.shape[0])
     return out
+
+
+def read_roof_gb_s(int threads, int megabytes=256, int passes=3):
+    """GB/s that `threads` engine threads reach streaming a buffer they only read (roof.c): decode's ceiling."""
+    if not 1 <= threads <= BN_POOL_MAX_THREADS or megabytes < 1 or passes < 1:
+        raise ValueError("threads, megabytes and passes must be positive (threads at most the pool's limit)")
+    cdef double r
+    cdef size_t nbytes = <size_t>megabytes << 20
+    with nogil:
+        r = bn_read_roof_gb_s(threads, nbytes, passes)
+    if r <= 0:
+        raise MemoryError(f"could not measure the read roof with a {megabytes} MB buffer")
+    return r
