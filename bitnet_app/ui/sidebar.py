@@ -34,15 +34,17 @@ def _threads() -> int:
 
 
 def catalog_table(roof_gb_s: float | None) -> str:
-    """Markdown: every model the picker knows by name, with what it needs on this computer."""
+    """Markdown: every model the picker knows by name, with what it needs on this computer (one line each: the
+    sidebar is too narrow for a table)."""
     free = catalog.available_ram()
-    rows = ["| Model | Download | Memory | Decode here |", "|---|---|---|---|"]
+    rows = []
     for e in catalog.ENTRIES.values():
         n = catalog.needs(e, roof_gb_s)
-        mem = format_bytes(n.memory_bytes) + (" ⚠" if free and n.memory_bytes > free else "")
-        speed = f"≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else "?"
-        rows.append(f"| {e.repo}{'' if e.chat else ' (base)'} | {format_bytes(n.download_bytes)} | {mem} | {speed} |")
-    note = (f"Decode speed is the ceiling from the bytes each token reads and this computer's read roof, "
+        mem = f"{format_bytes(n.memory_bytes)} memory" + (" ⚠" if free and n.memory_bytes > free else "")
+        speed = f" · ≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else ""
+        base = " (base model)" if not e.chat else ""
+        rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
+    note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
             f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 80-90% of it." if roof_gb_s else
             "The read roof could not be measured, so no speeds are shown.")
     warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if free else ""
