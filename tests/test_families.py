@@ -315,3 +315,38 @@ def test_sub_norms_in_only_some_layers_are_refused(tmp_path):
     with pytest.raises(ConvertError, match=r"'model\.layers\.1\.self_attn\.inner_attn_ln\.weight' is missing"):
         convert_checkpoint(folder, str(tmp_path / "out.bitnet"))
     shutil.rmtree(folder + "-reference", ignore_errors=True)
+
+
+def test_folded_bf16_revision_converts_like_the_packed_one(tmp_path):
+    """Falcon-E's `bfloat16` revision holds T / weight_scale folded into bf16 (onebitllms convert_to_bf16): the
+    converter takes such latent weights as they are (T = sign, scale = |w|), so it gives the packed revision's
+    ternary codes and its scales up to their bf16 rounding. Absmean would keep T but shrink every scale to
+    |w| x (the fraction of nonzero weights)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.bitnet import unpack_weights
+    packed = str(tmp_path / "packed")
+    truth = make_family_checkpoint(packed, "falcon3")
+    folded = str(tmp_path / "bfloat16")
+    shutil.copytree(packed, folded)
+    tensors = load_file(os.path.join(packed, "model.safetensors"))
+    out = {}
+    for k, v in tensors.items():
+        if k.endswith("_proj.weight"):
+            out[k] = (unpack_weights(v, dtype=torch.bfloat16) / tensors[k + "_scale"]).to(torch.bfloat16)
+        elif not k.endswith("weight_scale"):
+            out[k] = v
+    save_file(out, os.path.join(folded, "model.safetensors"), metadata={"format": "pt"})
+    a = EngineFile(convert_checkpoint(packed, str(tmp_path / "a.bitnet")))
+    b = EngineFile(convert_checkpoint(folded, str(tmp_path / "b.bitnet")))
+    assert b.meta["source"]["layout"] == "online"
+    for name in a.tensors:
+        if name.endswith(".codes"):
+            assert np.array_equal(a[name], b[name]), name
+        elif name.endswith(".scale") and name.startswith("layers."):
+            sa, sb = np.asarray(a[name]), np.asarray(b[name])
+            assert np.all(np.abs(sb - sa) <= sa * 2.0 ** -8), name    # bf16 rounding of 1 / weight_scale
+    ids = family_prompt(truth, 24, 5)
+    la = Model.open(a.path, lm_head="exact", threads=1).logits(ids)
+    lb = Model.open(b.path, lm_head="exact", threads=1).logits(ids)
+    assert (la.argmax(1) == lb.argmax(1)).mean() >= 0.9

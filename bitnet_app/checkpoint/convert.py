@@ -154,8 +154,12 @@ def _infer_scale_mode(scales: list[float]) -> str:
     return "divide" if float(np.median(scales)) > DIVIDE_THRESHOLD else "multiply"
 
 
-def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str) -> tuple[np.ndarray, np.float32]:
-    """One projection -> (ternary int8 (N, K), float32 multiplier m) with W_eff = T * m."""
+def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
+             folded: bool = False) -> tuple[np.ndarray, np.float32]:
+    """One projection -> (ternary int8 (N, K), float32 multiplier m) with W_eff = T * m.
+    folded: latent weights that are already ternary x one scale (every nonzero |w| equal, as in Falcon-E's
+    `bfloat16` revision, onebitllms convert_to_bf16: T * mean|W|) are taken as they are, T = sign(w),
+    m = |w|; absmean would recover T but shrink m to mean|w| = m * (the fraction of nonzero weights)."""
     if layout == "offline":
         packed = ck.get(name)
         if np.any(packed & (packed >> 1) & 0x55):   # a 2-bit field equal to 3 (would unpack to +2)
@@ -168,6 +172,10 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str) -> tuple[n
                                f"checkpoint again.")
         return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
+    if folded:
+        nz = np.abs(w[w != 0])
+        if nz.size and nz.min() == nz.max():
+            return np.sign(w).astype(np.int8), np.float32(nz[0])
     # transformers WeightQuant, in fp32: s = 1 / mean|w|.clamp(1e-5); T = round(w*s).clamp(-1, 1); W = T / s
     mean = np.float32(np.mean(np.abs(w), dtype=np.float64))
     s = np.float32(1.0) / max(mean, np.float32(1e-5))
@@ -268,6 +276,9 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                   for i in range(L) for p in projs]
         scale_mode, inferred = (_infer_scale_mode(scales) if scales else "multiply"), True
 
+    # Folded ternary latent weights are taken exactly unless the config asks for transformers' online
+    # AutoBitLinear, which re-quantizes whatever it gets by absmean (and the engine must compute the same).
+    folded = layout == "online" and linear_class != "autobitlinear"
     # Work: L layers + the head, with the head counted as about 10% of the total.
     tensors = {}
     try:
@@ -280,7 +291,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
             p, o = f"model.layers.{i}.", f"layers.{i}."
             for hf, (eng, _) in _norm_shapes(cfg, naming).items():
                 tensors[o + eng] = ck.get_f32(p + hf + ".weight")
-            tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode) for proj in projs}
+            tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode, folded) for proj in projs}
             for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
                                ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
                                ("down", ("mlp.down_proj",))):
