@@ -350,3 +350,19 @@ def test_folded_bf16_revision_converts_like_the_packed_one(tmp_path):
     la = Model.open(a.path, lm_head="exact", threads=1).logits(ids)
     lb = Model.open(b.path, lm_head="exact", threads=1).logits(ids)
     assert (la.argmax(1) == lb.argmax(1)).mean() >= 0.9
+
+
+def test_a_bitnet_or_1bitllm_checkpoint_without_its_sub_norms_is_refused(tmp_path, make_ckpt):
+    """Their modeling code always has sub-norms: missing ones mean a damaged download, never a model without."""
+    folder = str(tmp_path / "1bitllm")
+    make_family_checkpoint(folder, "1bitllm")
+    for i in range(FAMILIES["1bitllm"]["num_hidden_layers"]):
+        for n in ("self_attn.inner_attn_ln", "mlp.ffn_layernorm"):
+            _drop_tensor(folder, f"model.layers.{i}.{n}.weight")
+    with pytest.raises(ConvertError, match=r"'model\.layers\.0\.self_attn\.inner_attn_ln\.weight' is missing"):
+        convert_checkpoint(folder, str(tmp_path / "out.bitnet"))
+    bitnet, _ = make_ckpt("bitnet")
+    _drop_tensor(bitnet, "model.layers.0.self_attn.attn_sub_norm.weight")
+    _drop_tensor(bitnet, "model.layers.0.mlp.ffn_sub_norm.weight")
+    with pytest.raises(ConvertError, match=r"'model\.layers\.0\.self_attn\.attn_sub_norm\.weight' is missing"):
+        convert_checkpoint(bitnet, str(tmp_path / "out.bitnet"))

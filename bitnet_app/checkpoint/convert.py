@@ -45,6 +45,11 @@ SUB_NORM_NAMES = {"bitnet": ("self_attn.attn_sub_norm", "mlp.ffn_sub_norm"),
                   "1bitllm": ("self_attn.inner_attn_ln", "mlp.ffn_layernorm")}
 
 
+# Families whose modeling code always has sub-norms (their absence means a damaged checkpoint, not a model
+# without them): the namings each accepts. A Llama has whatever its tensors hold.
+SUB_NORMS_REQUIRED = {"bitnet": ("bitnet",), "1bitllm": ("1bitllm", "bitnet")}
+
+
 def _sub_norm_naming(ck: Checkpoint) -> str | None:
     """Which sub-norm naming layer 0 uses ("bitnet", "1bitllm"), or None when it has no sub-norms."""
     found = [k for k, names in SUB_NORM_NAMES.items() if any(f"model.layers.0.{n}.weight" in ck for n in names)]
@@ -257,6 +262,11 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
         raise ConvertError(f"config.json has tie_word_embeddings = false, but {src_dir} holds no lm_head.weight. "
                            "The checkpoint is incomplete: download it again.")
     naming = _sub_norm_naming(ck) if cfg["num_hidden_layers"] else None
+    if cfg["num_hidden_layers"] and fam in SUB_NORMS_REQUIRED and naming not in SUB_NORMS_REQUIRED[fam]:
+        want = SUB_NORM_NAMES[SUB_NORMS_REQUIRED[fam][0]]
+        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam} model has "
+                           f"sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
+                           "it again.")
     cfg["sub_norms"] = naming is not None
     layout = _layout(ck, cfg, linear_class, mode)
     _check_tensors(ck, cfg, layout, naming)
