@@ -122,11 +122,13 @@ cdef class CEngine:
             self.layers[l].attn_norm = <const float *>_ptr(t.get(p + "attn_norm"), f32, (D,), p + "attn_norm")
             self.layers[l].attn_sub_norm = NULL  # absent: a layer without sub-norms (Llama family)
             if p + "attn_sub_norm" in t:
-                self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,), p + "attn_sub_norm")
+                self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,),
+                                                                   p + "attn_sub_norm")
             self.layers[l].ffn_norm = <const float *>_ptr(t.get(p + "ffn_norm"), f32, (D,), p + "ffn_norm")
             self.layers[l].ffn_sub_norm = NULL
             if p + "ffn_sub_norm" in t:
-                self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,), p + "ffn_sub_norm")
+                self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,),
+                                                                  p + "ffn_sub_norm")
             for name, (n, k) in shapes.items():
                 if name == "qkv":
                     lin = &self.layers[l].qkv

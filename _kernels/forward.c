@@ -574,10 +574,12 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
         return NULL;
     }
-    /* RoPE tables as transformers builds them: inv_freq in fp32 (given, or 1/theta^(2i/hd)), angle = fp32(pos * inv_freq) */
+    /* RoPE tables as transformers builds them: inv_freq in fp32 (given, else 1/theta^(2i/hd)),
+     * angle = fp32(pos * inv_freq) */
     for (int i = 0; i < half; i++) {
         const float expo = (float)(2 * i) / (float)m->head_dim;
-        const float inv_freq = m->rope_inv_freq ? m->rope_inv_freq[i] : 1.0f / (float)pow((double)m->rope_theta, (double)expo);
+        const float inv_freq = m->rope_inv_freq ? m->rope_inv_freq[i]
+                                                : 1.0f / (float)pow((double)m->rope_theta, (double)expo);
         for (int p = 0; p < ctx; p++) {
             const float angle = (float)p * inv_freq;
             e->rope_cos[(size_t)p * half + i] = (float)cos((double)angle);

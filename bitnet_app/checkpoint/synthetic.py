@@ -8,8 +8,9 @@ llama3-8b and bitnet-3b (1bitLLM's; reference/model-families.md), or "tiny". Ter
 whose four 2-bit fields are each in {0, 1, 2}; per-row multipliers are about 1.5 (2B-4T's weight_scale) or
 about mean|W| = 0.02 (the Llama family's 1/weight_scale); norms are around 1; the embedding (and an untied
 lm_head) is random bf16 and the int8 head is its real per-row quantization (so the exact and the int8 heads
-agree). The Llama shapes are silu without sub-norms, 2B-4T relu2 with them, as the real models. The tokenizer is a real but tiny byte-level one (256 byte tokens, no merges) with the
-Llama-3 special tokens at their real ids, so the model layer can load the file and encode/decode text.
+agree). The Llama shapes are silu without sub-norms, 2B-4T relu2 with them, as the real models. The tokenizer
+is a real but tiny byte-level one (256 byte tokens, no merges) with the special tokens at the shape's real ids,
+so the model layer can load the file and encode/decode text.
 """
 import json
 
@@ -178,7 +179,8 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
         "mask_id": None,
         "diffusion": {"block_size": DEFAULT_BLOCK_SIZE, "attention": DEFAULT_ATTENTION, "trained": False},
         "source": {"path": None, "layout": "synthetic", "shape": shape, "seed": seed, "linear_class": None,
-                   "family": fam, "scale_mode": "multiply" if fam == "bitnet" else "divide", "scale_mode_inferred": False, "embed_dtype": "BF16",
+                   "family": fam, "scale_mode": "multiply" if fam == "bitnet" else "divide",
+                   "scale_mode_inferred": False, "embed_dtype": "BF16",
                    "converter_version": CONVERTER_VERSION},
     }
     assert all(x % 16 == 0 for x in (D, I, q, kv)), "synthetic shapes must be tile aligned"

@@ -45,7 +45,7 @@ def catalog_table(roof_gb_s: float | None) -> str:
         base = " (base model)" if not e.chat else ""
         rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
     note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
-            f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 80-90% of it." if roof_gb_s else
+            f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 70-80% of it." if roof_gb_s else
             "The read roof could not be measured, so no speeds are shown.")
     warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if free else ""
     return "\n".join(rows) + "\n\n" + note + warn
