@@ -60,6 +60,10 @@ SHAPES = {
     "tiny-llama": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=3,
                        num_key_value_heads=1, head_dim=32, vocab_size=300, max_position_embeddings=256,
                        bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    # a small 1bitLLM-large-like shape for tests: head_dim 96, multi-head attention, silu with sub-norms, tied
+    "tiny-1bitllm": dict(hidden_size=192, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=2, head_dim=96, vocab_size=300, max_position_embeddings=256,
+                         bos=1, eos=2, eot=2, family="1bitllm", rope_theta=10000.0),
 }
 
 # 81 = 3^4 byte values whose four 2-bit fields are all in {0, 1, 2}; a random byte b maps to entry b % 81
