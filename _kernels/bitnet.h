@@ -23,19 +23,25 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm;     /* (D,) */
-    const float *attn_sub_norm; /* (D,) */
+    const float *attn_sub_norm; /* (D,), or NULL: no sub-norm before o_proj (Llama-family checkpoints) */
     const float *ffn_norm;      /* (D,) */
-    const float *ffn_sub_norm;  /* (I,) */
+    const float *ffn_sub_norm;  /* (I,), or NULL: no sub-norm before down_proj */
     bn_ternary qkv;             /* (H*hd + 2*G*hd, D) rows [q | k | v] */
     bn_ternary o;               /* (D, D) */
     bn_ternary gate_up;         /* (2I, D) rows [gate | up] */
     bn_ternary down;            /* (D, I) */
 } bn_layer;
 
+/* The gated MLP's activation: p = act(gate) * up */
+enum bn_act { BN_ACT_RELU2 = 0, BN_ACT_SILU = 1 }; /* relu(g)^2 (BitNet 2B-4T), g * sigmoid(g) (Llama family) */
+
 typedef struct {
     int dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab, ctx;
+    int act;                    /* enum bn_act */
     float rope_theta, eps;
-    const uint16_t *embed;      /* (V, D) bfloat16 bits: embedding, and the exact lm_head (tied) */
+    const float *rope_inv_freq; /* (hd/2,) RoPE frequencies (e.g. llama3 rope scaling), or NULL: 1/theta^(2i/hd) */
+    const uint16_t *embed;      /* (V, D) bfloat16 bits: the embedding */
+    const uint16_t *head_bf16;  /* (V, D) bfloat16 bits: the exact lm_head (== embed when tied) */
     const float *norm;          /* (D,) final norm */
     const int8_t *head_i8;      /* (Vp/16, Dp/4, 64) int8 tiles: the default lm_head */
     const float *head_scale;    /* (Vp,) per-row scale of head_i8 */
@@ -45,7 +51,7 @@ typedef struct {
 
 typedef struct bn_engine bn_engine;
 
-/* exact_head: 1 = bf16 embedding as the head, 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
+/* exact_head: 1 = bf16 head (head_bf16), 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
  * n_threads: 1 to 256, the calling thread included (more is an error, not a crash).
  * isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
@@ -74,5 +80,8 @@ enum bn_part {
 void bn_engine_set_profile(bn_engine *e, int on); /* on or off; zeroes the totals */
 const double *bn_engine_profile(const bn_engine *e); /* BN_PART_COUNT totals in seconds */
 const char *bn_part_name(int part);                  /* NULL outside [0, BN_PART_COUNT) */
+
+/* The read roof (roof.c): GB/s that n_threads reach reading a `bytes` buffer, best of `passes`; -1 on failure. */
+double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes);
 
 #endif

@@ -4,6 +4,7 @@ EngineFile (no copies: the weights stay in the mmap) and runs bn_forward with th
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, uint8_t, uint16_t
+from libc.stddef cimport size_t
 from libc.stdlib cimport malloc, free
 
 cnp.import_array()
@@ -24,8 +25,11 @@ cdef extern from "bitnet.h":
         bn_ternary qkv, o, gate_up, down
     ctypedef struct bn_model:
         int dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab, ctx
+        int act
         float rope_theta, eps
+        const float *rope_inv_freq
         const uint16_t *embed
+        const uint16_t *head_bf16
         const float *norm
         const int8_t *head_i8
         const float *head_scale
@@ -44,6 +48,7 @@ cdef extern from "bitnet.h":
     void bn_engine_set_profile(bn_engine *e, int on)
     const double *bn_engine_profile(const bn_engine *e)
     const char *bn_part_name(int part)
+    double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes) nogil
 
 
 cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
@@ -64,6 +69,7 @@ cdef class CEngine:
     cdef bn_engine *e
     cdef bn_layer *layers
     cdef object keep  # the EngineFile whose mmap holds the weights
+    cdef object inv_freq  # the RoPE frequencies handed to the C engine (kept alive with it)
     cdef int vocab
 
     def __cinit__(self):
@@ -87,8 +93,20 @@ cdef class CEngine:
         m.ctx = int(cfg["max_position_embeddings"])
         m.rope_theta = float(cfg["rope_theta"])
         m.eps = float(cfg["rms_norm_eps"])
+        acts = {"relu2": 0, "silu": 1}
+        if cfg.get("hidden_act", "relu2") not in acts:
+            raise ValueError(f"engine file has hidden_act {cfg.get('hidden_act')!r}; convert the checkpoint again")
+        m.act = acts[cfg.get("hidden_act", "relu2")]
         f32, u8, i8, u16, i32 = np.float32, np.uint8, np.int8, np.uint16, np.int32
+        from bitnet_app.engine.rope import rope_inv_freq
+        self.inv_freq = rope_inv_freq(cfg)  # None: plain RoPE, computed by the C engine as before
+        m.rope_inv_freq = NULL
+        if self.inv_freq is not None:
+            m.rope_inv_freq = <const float *>_ptr(self.inv_freq, f32, (hd // 2,), "rope inv_freq")
         m.embed = <const uint16_t *>_ptr(t.get("embed"), u16, (V, D), "embed")
+        m.head_bf16 = m.embed
+        if "lm_head" in t:  # untied head
+            m.head_bf16 = <const uint16_t *>_ptr(t.get("lm_head"), u16, (V, D), "lm_head")
         m.norm = <const float *>_ptr(t.get("norm"), f32, (D,), "norm")
         m.head_i8 = <const int8_t *>_ptr(t.get("head.i8"), i8, (_r16(V) // 16, _r16(D) // 4, 64), "head.i8")
         m.head_scale = <const float *>_ptr(t.get("head.scale"), f32, (_r16(V),), "head.scale")
@@ -102,9 +120,15 @@ cdef class CEngine:
         for l in range(L):
             p = f"layers.{l}."
             self.layers[l].attn_norm = <const float *>_ptr(t.get(p + "attn_norm"), f32, (D,), p + "attn_norm")
-            self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,), p + "attn_sub_norm")
+            self.layers[l].attn_sub_norm = NULL  # absent: a layer without sub-norms (Llama family)
+            if p + "attn_sub_norm" in t:
+                self.layers[l].attn_sub_norm = <const float *>_ptr(t.get(p + "attn_sub_norm"), f32, (D,),
+                                                                   p + "attn_sub_norm")
             self.layers[l].ffn_norm = <const float *>_ptr(t.get(p + "ffn_norm"), f32, (D,), p + "ffn_norm")
-            self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,), p + "ffn_sub_norm")
+            self.layers[l].ffn_sub_norm = NULL
+            if p + "ffn_sub_norm" in t:
+                self.layers[l].ffn_sub_norm = <const float *>_ptr(t.get(p + "ffn_sub_norm"), f32, (I,),
+                                                                  p + "ffn_sub_norm")
             for name, (n, k) in shapes.items():
                 if name == "qkv":
                     lin = &self.layers[l].qkv
@@ -179,6 +203,7 @@ cdef extern from "kernels.h":
         void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
         void (*to_f16)(const float *x, uint16_t *h, int n) nogil
         float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
+        void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
     const bn_kernels *bn_select_kernels(const char *force)
 
 
@@ -255,3 +280,30 @@ def kernel_dot_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] a, cnp.ndarray[
     if a.shape[0] != h.shape[0]:
         raise ValueError("shape mismatch")
     return k.dot_f16(<const float *>a.data, <const uint16_t *>h.data, a.shape[0])
+
+
+def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray[float, ndim=1, mode="c"] u):
+    """silu(g) * u (n,) with the path's silu_mul; None when the path has none (forward.c's plain loop runs)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    if k.silu_mul == NULL:
+        return None
+    if g.shape[0] != u.shape[0]:
+        raise ValueError("shape mismatch")
+    out = np.zeros(g.shape[0], dtype=np.float32)
+    cdef float[::1] ov = out
+    if g.shape[0]:
+        k.silu_mul(<const float *>g.data, <const float *>u.data, &ov[0], g.shape[0])
+    return out
+
+
+def read_roof_gb_s(int threads, int megabytes=256, int passes=3):
+    """GB/s that `threads` engine threads reach streaming a buffer they only read (roof.c): decode's ceiling."""
+    if not 1 <= threads <= BN_POOL_MAX_THREADS or megabytes < 1 or passes < 1:
+        raise ValueError("threads, megabytes and passes must be positive (threads at most the pool's limit)")
+    cdef double r
+    cdef size_t nbytes = <size_t>megabytes << 20
+    with nogil:
+        r = bn_read_roof_gb_s(threads, nbytes, passes)
+    if r <= 0:
+        raise MemoryError(f"could not measure the read roof with a {megabytes} MB buffer")
+    return r

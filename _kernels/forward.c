@@ -1,6 +1,7 @@
 /* The BitNet b1.58 forward pass: all layers in one call, for a batch of T tokens.
  *
- * One layer (reference: transformers BitNetDecoderLayer, fp32), shapes per batch of T tokens:
+ * One layer (reference: transformers BitNetDecoderLayer, and LlamaDecoderLayer with BitLinear for the Llama
+ * family, fp32), shapes per batch of T tokens:
  *   a = rmsnorm(x) * attn_norm                                          x, a (T, D)
  *   q|k|v = ternary(qkv) @ quant8(a); RoPE (half split) on q and k      qkv (T, H*hd + 2*G*hd)
  *   k, v -> KV cache at positions start .. start+T-1                    cache (L, C, G*hd), fp16 or fp32
@@ -8,8 +9,10 @@
  *                                                                       att (T, D)
  *   x += ternary(o_proj) @ quant8(rmsnorm(o) * attn_sub_norm)            proj (T, D)
  *   g|u = ternary(gate_up) @ quant8(rmsnorm(x) * ffn_norm)               gu (T, 2I)
- *   x += ternary(down) @ quant8(rmsnorm(relu(g)^2 * u) * ffn_sub_norm)
- * Final: logits[rows] = head(rmsnorm(x[rows]) * norm), head = int8 tiles (default) or the bf16 embedding (exact).
+ *   x += ternary(down) @ quant8(rmsnorm(act(g) * u) * ffn_sub_norm)      act: relu(g)^2 or silu(g) = g*sigmoid(g)
+ * The sub-norms are optional (NULL in bn_layer: the Llama family has none): then quant8(o), quant8(act(g) * u).
+ * Final: logits[rows] = head(rmsnorm(x[rows]) * norm), head = int8 tiles (default) or the bf16 head (exact:
+ * the embedding when tied, lm_head when not).
  *
  * quant8: per token, scale = 127 / max|x| (max clamped to 1e-5), q = round-half-even(x * scale) in
  * [-128, 127]; the int32 dot products are multiplied back by 1/scale and the per-row weight multiplier.
@@ -53,7 +56,7 @@ typedef enum {
     STAGE_O,         /* [row tiles] proj = ternary(o) @ xq */
     STAGE_FFN_NORM,  /* [token] x += proj; xq = quant8(rmsnorm(x) * ffn_norm) */
     STAGE_GATE_UP,   /* [row tiles] gu = ternary(gate_up) @ xq */
-    STAGE_FFN_SUB,   /* [token] gate := relu(gate)^2 * up; xq = quant8(rmsnorm(gate) * ffn_sub_norm) */
+    STAGE_FFN_SUB,   /* [token] gate := act(gate) * up; xq = quant8(rmsnorm(gate) * ffn_sub_norm) or quant8(gate) */
     STAGE_DOWN,      /* [row tiles] proj = ternary(down) @ xq */
     STAGES_PER_LAYER
 } layer_stage;
@@ -192,6 +195,20 @@ static void norm_quant_row(bn_engine *e, const float *x, const float *w, int n, 
     e->xinv[t] = 1.0f / scale;
 }
 
+/* Token row t of xq (stride kp) = quant8(x) with no norm before it (a layer without sub-norms). */
+static void quant_row(bn_engine *e, const float *x, int n, int kp, int t) {
+    float m = e->k->absmax(x, n);
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    e->xsum[t] = e->k->quantize(x, n, kp, scale, e->xq + (size_t)t * kp);
+    e->xinv[t] = 1.0f / scale;
+}
+
+/* out = silu(g) * u = g / (1 + e^-g) * u, the reference of the kernel table's optional silu_mul */
+static void silu_mul_ref(const float *g, const float *u, float *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 /* x (hd) rotated in place at position pos: pairs (i, i + hd/2) */
 static void rope(const bn_engine *e, float *x, int pos) {
     const int half = e->m.head_dim / 2;
@@ -228,7 +245,8 @@ static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
             break;
         }
         case STAGE_ATTN_SUB:
-            norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t);
+            if (ly->attn_sub_norm) norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t);
+            else quant_row(e, e->att + (size_t)t * D, D, e->dp, t);
             break;
         case STAGE_FFN_NORM:
             e->k->add(x, proj, D);
@@ -236,8 +254,10 @@ static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
             break;
         case STAGE_FFN_SUB: {
             float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)] */
-            e->k->relu2_mul(g, g + I, g, I);
-            norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t);
+            if (m->act == BN_ACT_SILU) (e->k->silu_mul ? e->k->silu_mul : silu_mul_ref)(g, g + I, g, I);
+            else e->k->relu2_mul(g, g + I, g, I);
+            if (ly->ffn_sub_norm) norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t);
+            else quant_row(e, g, I, e->ip, t);
             break;
         }
         default:
@@ -312,7 +332,7 @@ static void matmul_item(bn_engine *e, const stage *st, int i) {
                               u0 * 16, u1 * 16, y, st->ldy);
             break;
         case KIND_EXACT_HEAD:
-            e->k->bf16_matmul(e->m.embed, e->m.dim, e->xn + (size_t)t0 * e->m.dim, rows, u0, u1, y, st->ldy);
+            e->k->bf16_matmul(e->m.head_bf16, e->m.dim, e->xn + (size_t)t0 * e->m.dim, rows, u0, u1, y, st->ldy);
             break;
         default:
             break;
@@ -513,7 +533,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         return NULL;
     }
     if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads || m->n_heads * m->head_dim != m->dim ||
-        m->head_dim % 2 || ctx <= 0) {
+        m->head_dim % 2 || ctx <= 0 || (m->act != BN_ACT_RELU2 && m->act != BN_ACT_SILU) || !m->head_bf16) {
         set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context)");
         return NULL;
     }
@@ -554,10 +574,12 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
         return NULL;
     }
-    /* RoPE tables as transformers builds them: inv_freq in fp32, angle = fp32(pos * inv_freq) */
+    /* RoPE tables as transformers builds them: inv_freq in fp32 (given, else 1/theta^(2i/hd)),
+     * angle = fp32(pos * inv_freq) */
     for (int i = 0; i < half; i++) {
         const float expo = (float)(2 * i) / (float)m->head_dim;
-        const float inv_freq = 1.0f / (float)pow((double)m->rope_theta, (double)expo);
+        const float inv_freq = m->rope_inv_freq ? m->rope_inv_freq[i]
+                                                : 1.0f / (float)pow((double)m->rope_theta, (double)expo);
         for (int p = 0; p < ctx; p++) {
             const float angle = (float)p * inv_freq;
             e->rope_cos[(size_t)p * half + i] = (float)cos((double)angle);

@@ -50,6 +50,8 @@ typedef struct {
      * handle this shape (forward.c then runs its generic loop), 1 when done. */
     int (*attend)(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
                   float scale, float *scores, float *out);
+    /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
+    void (*silu_mul)(const float *g, const float *u, float *out, int n);
 } bn_kernels;
 
 extern const bn_kernels bn_kernels_portable;

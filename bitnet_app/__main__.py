@@ -4,7 +4,7 @@
     python -m bitnet_app generate --model M --prompt TEXT [--mode ar|diffusion] [--max-new-tokens N]
                                   [--temperature T] [--seed S] [--top-k K] [--top-p P] ...
                                   [--chat | --raw] [--system TEXT] [--lm-head int8|exact] [--threads N]
-    python -m bitnet_app bench (--model M | --synthetic 2b4t) [--json] [--threads N] [--isa ISA]
+    python -m bitnet_app bench (--model M | --synthetic 2b4t|falcon3-1b|falcon3-7b|llama3-8b|...) [--json] [--threads N] [--isa ISA]
 
 generate has one flag per decode knob of bitnet_app/params.py (DecodeParams: names, defaults, ranges,
 help). M is an engine file, a checkpoint folder, a Hub repo id, or `demo`: the bundled demo model
@@ -19,6 +19,10 @@ import argparse
 import json
 import sys
 import time
+
+# checkpoint/synthetic.py SHAPES (named here so the parser is built without importing numpy)
+SYNTHETIC_SHAPES = ("2b4t", "falcon3-1b", "falcon3-3b", "falcon3-7b", "falcon3-10b", "llama3-8b", "bitnet-3b", "tiny",
+                    "tiny-llama", "tiny-1bitllm")
 
 
 def _progress_printer(label: str):
@@ -171,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="engine speed: tg128, pp128, block forwards, bytes per token")
     src = b.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help=MODEL_HELP)
-    src.add_argument("--synthetic", choices=("2b4t", "tiny"), help="random weights of a named shape")
+    src.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, help="random weights of a named shape")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
     b.add_argument("--threads", type=int)
     b.add_argument("--isa", choices=("avx512", "avx2", "portable"), help="force a kernel path")

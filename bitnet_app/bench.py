@@ -12,7 +12,7 @@ Every figure is the median of `repeats` timed runs after one untimed warm-up run
     block_ms_all_rows  the same with logits for all n rows (more than a diffusion step asks for: it needs
                    the masked slots of one sub-block, at most 8 rows)
     bytes_per_token  weight bytes one decode step streams: every ternary tile tensor (*.codes) plus the
-                   head (head.i8 for lm_head int8, the bf16 embedding for exact)
+                   head (head.i8 for lm_head int8, the bf16 head for exact: lm_head when untied, else the embedding)
     weight_gb_s    bytes_per_token * decode_tok_s / 1e9: the weight stream rate decode achieved
 """
 import contextlib
@@ -33,7 +33,7 @@ BLOCK_SIZES = (1, 4, 8, 16, 32)
 
 def bytes_per_token(ef: EngineFile, lm_head: str) -> int:
     tiles = sum(int(t.nbytes) for name, t in ef.tensors.items() if name.endswith(".codes"))
-    head = ef.tensors["head.i8"] if lm_head == "int8" else ef.tensors["embed"]
+    head = ef.tensors["head.i8"] if lm_head == "int8" else ef.tensors.get("lm_head", ef.tensors["embed"])
     return tiles + int(head.nbytes)
 
 

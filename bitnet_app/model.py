@@ -35,7 +35,10 @@ class Model:
         self.engine = engine
         self.meta = ef.meta
         self.tokenizer = Tokenizer.from_meta(ef.meta)
-        self.chat_template = ef.meta.get("chat_template") or None  # None: the BitNet default template
+        # a base model without a chat template runs as completion (text/chat.py COMPLETION_TEMPLATE)
+        self.completion = ef.meta.get("prompt_format") == "completion"
+        self.chat_template = chat.COMPLETION_TEMPLATE if self.completion else (
+            ef.meta.get("chat_template") or None)  # None: the BitNet default template
         # ids whose K/V fill the engine's committed positions [0, len); kept exact by the decoders
         self._kv_ids: list[int] = []
         self._owner = None  # the generation that may use the engine now (see _exclusive)
@@ -120,14 +123,17 @@ class Model:
                 "lm_head": self.engine.lm_head, "context": self.engine.ctx,
                 "vocab_size": self.vocab_size, "layers": cfg.get("num_hidden_layers"),
                 "hidden_size": cfg.get("hidden_size"), "trained_for_diffusion": self.trained_for_diffusion,
+                "completion": self.completion,
                 "source": self.meta.get("source")}
 
     def parameter_count(self) -> int:
-        """Logical parameters of the checkpoint (the tied head counted once), from the config shapes."""
+        """Logical parameters of the checkpoint (a tied head counted once), from the config shapes."""
         c = self.config
         d, i, layers = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["num_hidden_layers"])
-        norms = layers * (3 * d + i) + d                            # four per layer, and the final one
-        return ternary_weight_count(c) + norms + self.vocab_size * d  # + the embedding (tied head)
+        subs = c.get("sub_norms", True)
+        norms = layers * (2 * d + (d + i if subs else 0)) + d      # two or four per layer, and the final one
+        heads = 1 if c.get("tie_word_embeddings", True) else 2      # the embedding, and an untied lm_head
+        return ternary_weight_count(c) + norms + heads * self.vocab_size * d
 
     # ---- text ------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:

@@ -514,3 +514,17 @@ def test_which_chat_templates_read_a_system_prompt(env, checkpoints, caches):
             assert state.uses_system_prompt(model) is reads
         finally:
             model.close()
+
+
+def test_a_base_model_runs_as_completion_and_the_page_says_so(env, tmp_path):
+    """A checkpoint without a chat template (1bitLLM's layout, tests/family_checkpoints.py): the sidebar says it
+    continues the user's text, offers no system prompt, and a reply streams."""
+    from family_checkpoints import make_family_checkpoint
+    folder = str(tmp_path / "1bitllm")
+    make_family_checkpoint(folder, "1bitllm")
+    env.setenv("BITNET_APP_MODEL", folder)
+    at = _app()
+    assert any("runs as **completion**" in i.value for i in at.sidebar.info)
+    assert not at.sidebar.text_area  # a completion has no place for a system prompt
+    at.sidebar.number_input(key="max_new_tokens").set_value(4).run()
+    assert _chat(at, "Once upon a time")["done"]

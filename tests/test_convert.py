@@ -120,7 +120,11 @@ def test_config_keys_and_values(make_ckpt, engine_path):
     cfg = convert(folder, engine_path).config
     assert set(cfg) == {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                         "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "rope_theta",
-                        "rms_norm_eps", "bos_token_id", "eos_token_id"}
+                        "rms_norm_eps", "bos_token_id", "eos_token_id", "hidden_act", "sub_norms",
+                        "tie_word_embeddings", "rope_scaling"}
+    # the 2B-4T architecture: relu2, sub-norms, tied head, plain RoPE
+    assert (cfg["hidden_act"], cfg["sub_norms"], cfg["tie_word_embeddings"], cfg["rope_scaling"]) == \
+        ("relu2", True, True, None)
     assert (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]) == (64, 96, 3)
     assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (4, 2, 16)
     assert cfg["vocab_size"] == truth["vocab_size"] and cfg["rms_norm_eps"] == 1e-5
@@ -240,8 +244,11 @@ def _code3(folder):
 BAD = {
     "truncated": (_truncate, r"past the end.*model\.safetensors|model\.safetensors.*truncated"),
     "corrupt header": (_huge_header, r"header length .* runs past the end"),
-    "wrong architecture": (lambda d: _edit_json(d, "config.json", model_type="llama",
-                                                architectures=["LlamaForCausalLM"]), r"not BitNetForCausalLM"),
+    "wrong architecture": (lambda d: _edit_json(d, "config.json", model_type="mistral",
+                                                architectures=["MistralForCausalLM"]),
+                           r"'mistral' model \(MistralForCausalLM\): it has BitNet quantization, but model_type"),
+    "full-precision llama": (lambda d: _edit_json(d, "config.json", model_type="llama", architectures=["LlamaForCausalLM"],
+                                                  quantization_config=None), r"has no BitNet quantization"),
     "missing tensor": (lambda d: checkpoints.rewrite_tensor(d, "model.layers.1.mlp.down_proj.weight", None),
                        r"'model\.layers\.1\.mlp\.down_proj\.weight' is missing"),
     "missing scale": (lambda d: checkpoints.rewrite_tensor(d, "model.layers.0.self_attn.o_proj.weight_scale", None),
@@ -260,11 +267,15 @@ BAD = {
     "mode mismatch": (lambda d: _edit_json(d, "config.json", quantization_config={
         "quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "online"}),
         r"quantization_mode is 'online' but .* is U8"),
-    "untied head": (lambda d: _edit_json(d, "config.json", tie_word_embeddings=False), r"untied lm_head"),
+    "untied head without lm_head": (lambda d: _edit_json(d, "config.json", tie_word_embeddings=False),
+                                    r"tie_word_embeddings = false, but .* holds no lm_head\.weight"),
+    "unknown activation": (lambda d: _edit_json(d, "config.json", hidden_act="gelu"), r"hidden_act = 'gelu'"),
+    "unknown rope scaling": (lambda d: _edit_json(d, "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+                             r"rope_scaling\.rope_type = 'yarn'"),
     "mask out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"mask_token_id": 100000}'),
                           r"mask token id 100000 is outside"),
     "vocab mismatch": (lambda d: _edit_json(d, "config.json", vocab_size=500), r"embed_tokens\.weight' has shape"),
-    "heads do not fit": (lambda d: _edit_json(d, "config.json", head_dim=8), r"!= hidden_size"),
+    "heads do not fit": (lambda d: _edit_json(d, "config.json", head_dim=8), r"not hidden_size"),
 }
 
 

@@ -11,6 +11,11 @@
    following the picture as it plays; the live picture never empty mid-reply without Slow motion; the
    Compare view on a skill prompt (the same text on both sides); the Markdown export.
 
+3. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
+   LlamaForCausalLM with BitNet quantization, packed BitLinear weights, untied head, silu, no sub-norms, llama3
+   rope scaling; tests/family_checkpoints.py) served by the loopback Hub is downloaded, converted and chatted
+   with; the picker's "What each model needs here" table lists the families.
+
 Every request the browser makes is recorded: any host other than the app's own (127.0.0.1 / localhost)
 fails the test (the app works offline and sends nothing anywhere).
 
@@ -492,3 +497,34 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
             exported = f.read()
         assert f"# Chat with {sources.DEMO_LABEL}" in exported and "### Assistant" in exported
         _assert_only_local(requests)
+
+
+def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from bitnet_app.engine.file import EngineFile
+    from family_checkpoints import make_family_checkpoint
+    repo = "org/llama3-tiny-1.58bit"
+    truth = make_family_checkpoint(str(tmp_path / "llama3"), "llama3")
+    with FakeHub({repo: truth["folder"]}) as hub, \
+            _streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo), "e2e-streamlit-llama.log") as url, \
+            _page(browser) as (page, requests):
+        page.goto(url)
+        chat_box = page.locator('[data-testid="stChatInput"] textarea')
+        expect(chat_box).to_be_visible(timeout=180_000)
+        assert [r for r in hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
+        assert f"Running **{repo}**" in _sidebar_text(page) or f"Running {repo}" in _sidebar_text(page)
+        page.get_by_text("What each model needs here").click()
+        expect(page.get_by_text("tiiuae/Falcon3-7B-Instruct-1.58bit")).to_be_visible(timeout=10_000)
+        _set_number(page, "Max new tokens", 16)
+        _set_number(page, "Seed", 5)
+        _send(page, "Hello! How are you today?")
+        tokens = _reply_tokens(page, 1)
+        assert 1 <= tokens <= 16
+        _shot(page, "11-llama-family")
+        _assert_only_local(requests)
+    converted = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path / "eng") for f in fs if f.endswith(".bitnet")]
+    assert len(converted) == 1
+    ef = EngineFile(converted[0])
+    assert ef.meta["source"]["family"] == "llama" and ef.meta["source"]["scale_mode"] == "divide"
+    assert (ef.config["hidden_act"], ef.config["sub_norms"], ef.config["tie_word_embeddings"]) == ("silu", False, False)

@@ -262,3 +262,33 @@ def test_convert_refuses_to_overwrite_its_own_input(ckpt, tmp_path):
     assert {n: os.path.getsize(os.path.join(src, n)) for n in os.listdir(src)} == before
     with pytest.raises(ConvertError, match="own files"):
         convert_checkpoint(src, os.path.join(src, ".", "model.safetensors"))
+
+
+def _as_format_2(path):
+    """The file as the previous engine format wrote it: version 2, no hidden_act / sub_norms /
+    tie_word_embeddings / rope_scaling in its config (a 2B-4T-layout model: relu2, sub-norms, tied)."""
+    data, meta = _split(path)
+    for key in engine_file.FORMAT_2_DEFAULTS:
+        meta["config"].pop(key)
+    meta.pop("prompt_format", None)
+    start = meta["layout"]["data_start"]
+    blob = json.dumps(meta).encode()
+    blob += b" " * (start - engine_file._HEADER.size - len(blob))
+    prefix = engine_file._PREFIX.pack(engine_file.MAGIC, 2, len(blob))
+    data[:start] = engine_file._HEADER.pack(engine_file.MAGIC, 2, len(blob), engine_file._digest(prefix, blob)) + blob
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_a_format_2_file_still_opens_and_computes_the_same(ckpt, tmp_path):
+    """Engine format 3 added the Llama family's keys; a file converted before (format 2) is read with what it
+    implicitly was (relu2, sub-norms, tied head) and gives the same logits as a fresh conversion."""
+    new = convert_checkpoint(ckpt, str(tmp_path / "new.bitnet"))
+    old = convert_checkpoint(ckpt, str(tmp_path / "old.bitnet"))
+    _as_format_2(old)
+    ef = EngineFile(old)
+    assert {k: ef.config[k] for k in engine_file.FORMAT_2_DEFAULTS} == engine_file.FORMAT_2_DEFAULTS
+    ids = [1, 5, 9, 200, 31, 7]
+    a = Model.open(new, lm_head="exact", threads=1).logits(ids)
+    b = Model.open(old, lm_head="exact", threads=1).logits(ids)
+    assert np.array_equal(a, b)

@@ -195,10 +195,14 @@ def test_bad_repo_id_is_explained(cache):
 
 def test_one_bitnet_rule_for_the_download_and_the_converter(tmp_path):
     """The Hub check refuses exactly what the converter refuses, before any weights are fetched: a Llama
-    with BitNet quantization has no BitNet sub-norms, so it is refused by both."""
+    with BitNet quantization (Falcon3, Llama3-8B-1.58) and 1bitLLM's BitnetForCausalLM are accepted by both;
+    a full-precision Llama and another architecture are refused by both."""
     cases = {"bitnet": ({"architectures": ["BitNetForCausalLM"], "model_type": "bitnet"}, True),
              "arch-only": ({"architectures": ["BitNetForCausalLM"]}, True),
-             "llama-bitnet-quant": ({"model_type": "llama", "quantization_config": {"quant_method": "bitnet"}}, False),
+             "llama-bitnet-quant": ({"model_type": "llama", "quantization_config": {"quant_method": "bitnet"}}, True),
+             "1bitllm": ({"architectures": ["BitnetForCausalLM"], "model_type": "llama"}, True),
+             "llama-full-precision": ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, False),
+             "qwen-bitnet-quant": ({"model_type": "qwen2", "quantization_config": {"quant_method": "bitnet"}}, False),
              "mistral": ({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, False)}
     for name, (config, ok) in cases.items():
         folder = tmp_path / name

@@ -23,7 +23,10 @@ def available_paths():
 PATHS = available_paths()
 # (N, K, T): N=1, K not a multiple of 16 or of the vector width, batches 1..33
 SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8), (48, 72, 16), (40, 136, 33),
-          (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32)]
+          (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32),
+          # the inner sizes of the Llama-family checkpoints (reference/model-families.md): down_proj's K = the
+          # intermediate size of Falcon3-7B/10B (23040), Llama3-8B (14336) and 1bitLLM-3B (8640); hidden 3200
+          (32, 23040, 2), (16, 14336, 3), (48, 8640, 1), (32, 3200, 9)]
 
 
 def cpu_flags():
@@ -132,3 +135,22 @@ def test_fp16_conversion_matches_numpy(isa, n):
     back = x.astype(np.float16).astype(np.float64)
     d = _engine.kernel_dot_f16(isa, y[finite], h[finite])
     np.testing.assert_allclose(d, float(y[finite].astype(np.float64) @ back[finite]), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("n", [1, 7, 8, 13, 64, 1000])
+def test_silu_mul_matches_numpy(isa, n):
+    """The fast silu(g) * u (paths that have one) against float64 numpy: relative error at the fp32 level,
+    including large |g| where e^-g overflows in a naive formula."""
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 6).astype(np.float32)
+    g[: min(n, 3)] = np.array([-120.0, 95.0, 0.0], dtype=np.float32)[: min(n, 3)]
+    u = rng.standard_normal(n).astype(np.float32)
+    got = _engine.kernel_silu_mul(isa, g, u)
+    if got is None:
+        assert isa != "avx2", "the AVX2 path has a silu_mul"
+        return
+    gd = g.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = gd / (1 + np.exp(-gd)) * u
+    assert np.all(np.abs(got - want) <= 4e-7 * np.abs(want) + 1e-30), np.abs(got - want).max()

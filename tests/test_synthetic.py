@@ -54,3 +54,48 @@ def test_random_helpers():
 def test_unknown_shape():
     with pytest.raises(ValueError, match="unknown synthetic shape"):
         write_synthetic_engine_file("/nonexistent/x.bitnet", shape="7b")
+
+
+def test_the_cli_knows_every_shape():
+    from bitnet_app.__main__ import SYNTHETIC_SHAPES
+    assert SYNTHETIC_SHAPES == tuple(SHAPES)
+
+
+def test_llama_family_shape_runs_like_the_numpy_reference(tmp_path):
+    """tiny-llama: silu, no sub-norms, an untied head whose int8 copy is the head's (not the embedding's),
+    Falcon3's single eos 11; the engine agrees with the numpy reference on it."""
+    from bitnet_app.engine.reference import NumpyModel
+    from bitnet_app.model import Model
+    path = write_synthetic_engine_file(str(tmp_path / "tl.bitnet"), shape="tiny-llama", seed=2)
+    ef = EngineFile(path)
+    cfg = ef.config
+    assert (cfg["hidden_act"], cfg["sub_norms"], cfg["tie_word_embeddings"]) == ("silu", False, False)
+    assert not any(n.endswith("_sub_norm") for n in ef.tensors) and ef["lm_head"].shape == ef["embed"].shape
+    V, D = cfg["vocab_size"], cfg["hidden_size"]
+    w8 = packing.unpack_int8_tiles(ef["head.i8"], V, D)
+    head = packing.bf16_to_f32(ef["lm_head"])
+    assert np.all(np.abs(w8 * ef["head.scale"][:V, None] - head) <= ef["head.scale"][:V, None] / 2 + 1e-6)
+    assert ef.meta["stop_ids"] == [11] and ef.meta["bos_id"] == 11
+    model = Model.open(path, lm_head="exact", threads=1)
+    ids = model.encode("Hello there")
+    assert max(ids) < V and model.decode(ids).endswith("Hello there")
+    ref = NumpyModel(ef).logits(ids)
+    got = model.logits(ids)
+    assert np.median(np.abs(got - ref).max(1) / np.abs(ref).max()) < 1e-5
+
+
+@pytest.mark.parametrize("isa", __import__("test_kernels").PATHS)
+@pytest.mark.parametrize("shape", ["tiny-llama", "tiny-1bitllm"])
+def test_family_shapes_agree_with_the_numpy_reference_on_every_path(tmp_path, shape, isa):
+    """head_dim 32 with 3:1 GQA (silu, no sub-norms, untied) and head_dim 96 with multi-head attention (silu,
+    sub-norms, tied): the engine's exact head and fp32 KV against the plain numpy forward, 40 positions."""
+    from bitnet_app.engine.reference import NumpyModel
+    from bitnet_app.model import Model
+    ef = EngineFile(write_synthetic_engine_file(str(tmp_path / f"{shape}.bitnet"), shape=shape, seed=4))
+    fam = SHAPES[shape]["family"]
+    assert ef.config["sub_norms"] == (fam != "llama") and ef.config["tie_word_embeddings"] == (fam != "llama")
+    ids = [int(i) for i in np.random.default_rng(1).integers(0, ef.config["vocab_size"], 40)]
+    got = Model.open(ef.path, lm_head="exact", threads=2, isa=isa).logits(ids)
+    ref = NumpyModel(ef).logits(ids)
+    err = np.abs(got - ref).max(1) / np.abs(ref).max()
+    assert np.median(err) < 1e-5, np.median(err)   # between int8 rounding flips, the fp32 floor

@@ -1,6 +1,15 @@
 """The non-tensor half of a Hugging Face BitNet checkpoint folder: config, tokenizer, chat template,
 generation settings and block-diffusion (DLM) settings, checked and normalized for the engine file.
 
+The families this app runs, told apart by what config.json says (never by the repo name):
+  bitnet     model_type "bitnet" / BitNetForCausalLM (microsoft/bitnet-b1.58-2B-4T): relu2, sub-norms, tied head
+  llama      model_type "llama" with quantization_config.quant_method "bitnet" (tiiuae Falcon3 / Falcon-E,
+             HF1BitLLM Llama3-8B-1.58): transformers' LlamaForCausalLM with BitLinear; silu, no sub-norms,
+             untied head; weight_scale divides unless linear_class says "autobitlinear"
+  1bitllm    BitnetForCausalLM (lowercase n, model_type "llama", 1bitLLM/bitnet_b1_58-*): custom code, latent
+             weights with no quantization_config; silu, sub-norms named inner_attn_ln / ffn_layernorm, tied
+Whether sub-norms exist and whether the head is tied is finally decided by the tensors (convert.py).
+
 not_bitnet_reason(raw, where) -> None, or why config.json is not a model this app runs (the one rule,
                                  used by the Hub download before fetching weights and by the converter)
 read_model_config(folder) -> (normalized config dict, raw config.json dict)
@@ -18,7 +27,10 @@ from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileEr
 
 MASK_TOKEN = "|<MASK>|"          # the mask token of BitNet DLM checkpoints (tokenizer resized to 128257 rows)
 DEFAULT_ROPE_THETA = 500000.0    # transformers BitNetConfig.default_theta
+LLAMA_ROPE_THETA = 10000.0       # transformers LlamaConfig's default
 ARCH = "BitNetForCausalLM"
+ONEBITLLM_ARCH = "BitnetForCausalLM"   # 1bitLLM's custom-code class (lowercase n)
+ACTIVATIONS = ("relu2", "silu")
 
 
 class ConvertError(ValueError):
@@ -89,15 +101,39 @@ def _ids(value, key: str, where: str) -> list[int]:
     return out
 
 
-def not_bitnet_reason(raw: dict, where: str) -> str | None:
-    """None when config.json (raw) describes the architecture the engine implements (model_type "bitnet"
-    or BitNetForCausalLM), else a message saying what it is and what to do. A Llama with BitNet
-    quantization is refused too: it lacks the BitNet sub-norms, so the converter could not run it."""
+def family(raw: dict) -> str | None:
+    """"bitnet", "llama" or "1bitllm" (see the module docstring) from config.json (raw), or None."""
     archs = [str(a) for a in raw.get("architectures") or []]
-    if str(raw.get("model_type", "")).lower() == "bitnet" or ARCH in archs:
+    model_type = str(raw.get("model_type", "")).lower()
+    if model_type == "bitnet" or ARCH in archs:
+        return "bitnet"
+    if ONEBITLLM_ARCH in archs:
+        return "1bitllm"
+    qc = raw.get("quantization_config")
+    if model_type == "llama" and isinstance(qc, dict) and qc.get("quant_method") == "bitnet":
+        return "llama"
+    return None
+
+
+def not_bitnet_reason(raw: dict, where: str) -> str | None:
+    """None when config.json (raw) describes a model the engine implements (family() above), else a
+    message saying what it is and what to do. Used before any weights are downloaded."""
+    if family(raw) is not None:
         return None
-    return (f"{where} holds a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'}), "
-            f"not {ARCH}. This app runs BitNet b1.58 models only: use one such as microsoft/bitnet-b1.58-2B-4T.")
+    archs = [str(a) for a in raw.get("architectures") or []]
+    qc = raw.get("quantization_config")
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    what = f"a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'})"
+    if method == "bitnet":
+        why = (f"it has BitNet quantization, but model_type {raw.get('model_type')!r} is not one this app runs "
+               "(bitnet, or llama with quant_method 'bitnet')")
+    elif method is not None:
+        why = f"its quantization_config.quant_method is {method!r}, not 'bitnet' (1.58-bit ternary weights)"
+    else:
+        why = "it has no BitNet quantization (no quantization_config with quant_method 'bitnet')"
+    return (f"{where} holds {what}: {why}. This app runs 1.58-bit BitNet models only: use a BitNetForCausalLM "
+            "(microsoft/bitnet-b1.58-2B-4T), Llama models with BitNet quantization (tiiuae/Falcon3-*-1.58bit, "
+            "tiiuae/Falcon-E-*, HF1BitLLM/Llama3-8B-1.58-100B-tokens) or 1bitLLM's BitnetForCausalLM.")
 
 
 def read_model_config(folder: str) -> tuple[dict, dict]:
@@ -107,12 +143,19 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     reason = not_bitnet_reason(raw, folder)
     if reason:
         raise NotBitNet(reason)
-    if raw.get("hidden_act", "relu2") != "relu2":
-        raise ConvertError(f"hidden_act {raw['hidden_act']!r} is not supported (BitNet b1.58 uses relu2). "
-                           f"Use a BitNet b1.58 checkpoint.")
-    if raw.get("attention_bias"):
-        raise ConvertError("attention_bias=true is not supported (BitNet b1.58 has no biases). "
-                           "Use a BitNet b1.58 checkpoint.")
+    fam = family(raw)
+    act = raw.get("hidden_act") or ("relu2" if fam == "bitnet" else "silu")   # the config classes' defaults
+    if act not in ACTIVATIONS:
+        raise ConvertError(f"config.json has hidden_act = {act!r}; the engine runs relu2 (BitNet b1.58) and silu "
+                           "(the Llama family). Use a checkpoint with one of those.")
+    for key in ("attention_bias", "mlp_bias"):
+        if raw.get(key):
+            raise ConvertError(f"config.json has {key} = {raw[key]!r}; the engine has no biases (no 1.58-bit model "
+                               "it runs uses them). Use a checkpoint without biases.")
+    prf = raw.get("partial_rotary_factor", 1.0)
+    if prf not in (None, 1, 1.0):
+        raise ConvertError(f"config.json has partial_rotary_factor = {prf!r}; the engine rotates whole heads (1.0). "
+                           "Use a checkpoint without partial rotary embeddings.")
     missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "vocab_size") if k not in raw]
     if missing:
@@ -130,8 +173,13 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
         "head_dim": hd,
         "vocab_size": _whole(raw, "vocab_size", required=True),
         "max_position_embeddings": _whole(raw, "max_position_embeddings", 2048),
-        "rope_theta": _rope_theta(raw),
-        "rms_norm_eps": _positive_number(raw, "rms_norm_eps", 1e-5),
+        "rope_theta": _rope_theta(raw, DEFAULT_ROPE_THETA if fam == "bitnet" else LLAMA_ROPE_THETA),
+        "rope_scaling": _rope_scaling(raw),
+        "rms_norm_eps": _positive_number(raw, "rms_norm_eps", 1e-5 if fam == "bitnet" else 1e-6),
+        "hidden_act": act,
+        # provisional, from the family; convert.py sets both from the tensors it finds
+        "sub_norms": fam != "llama",
+        "tie_word_embeddings": raw.get("tie_word_embeddings") is not False,
         "bos_token_id": _whole(raw, "bos_token_id"),   # one id (eos may be a list)
         "eos_token_id": raw.get("eos_token_id"),
     }
@@ -147,8 +195,9 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
                              "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")) <= 0:
         raise ConvertError(f"config.json in {folder} has a size that is not positive: {cfg}. Fix config.json or download the checkpoint again.")
     if H * cfg["head_dim"] != D:
-        raise ConvertError(f"num_attention_heads x head_dim = {H} x {cfg['head_dim']} != hidden_size {D}; the BitNet "
-                           f"attention sub-norm needs them equal. Fix head_dim in config.json or use an unmodified checkpoint.")
+        raise ConvertError(f"config.json has num_attention_heads x head_dim = {H} x {cfg['head_dim']} = "
+                           f"{H * cfg['head_dim']}, not hidden_size {D}; the engine needs them equal (every model it "
+                           "runs has them equal). Fix head_dim in config.json or use an unmodified checkpoint.")
     if H % cfg["num_key_value_heads"] or cfg["head_dim"] % 2:
         raise ConvertError(f"{H} attention heads cannot share {cfg['num_key_value_heads']} KV heads, or head_dim "
                            f"{cfg['head_dim']} is odd. Fix config.json or use an unmodified checkpoint.")
@@ -172,16 +221,44 @@ def ternary_weight_count(cfg: dict) -> int:
     return cfg["num_hidden_layers"] * sum(n * k for n, k in projection_shapes(cfg).values())
 
 
-def _rope_theta(raw: dict) -> float:
-    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    if not isinstance(params, dict):
-        raise ConvertError(f"config.json has rope_parameters = {params!r}, not an object. Fix config.json.")
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in ("default", None):
-        raise ConvertError(f"RoPE scaling {kind!r} is not supported (only plain RoPE). Use a checkpoint without rope scaling.")
+def _rope_params(raw: dict) -> tuple[str, dict]:
+    """(the key it came from, the dict): rope_parameters (newer transformers) or rope_scaling (older)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = raw.get(key)
+        if params is not None:
+            if not isinstance(params, dict):
+                raise ConvertError(f"config.json has {key} = {params!r}, not an object. Fix config.json.")
+            return key, params
+    return "rope_scaling", {}
+
+
+def _rope_theta(raw: dict, default: float) -> float:
+    _, params = _rope_params(raw)
     if raw.get("rope_theta") is not None:
-        return _positive_number(raw, "rope_theta", DEFAULT_ROPE_THETA)
-    return _positive_number(params, "rope_theta", DEFAULT_ROPE_THETA)
+        return _positive_number(raw, "rope_theta", default)
+    return _positive_number(params, "rope_theta", default)
+
+
+def _rope_scaling(raw: dict) -> dict | None:
+    """None (plain RoPE) or the llama3 rule's parameters (engine/rope.py); any other kind is refused."""
+    key, params = _rope_params(raw)
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind in ("default", None):
+        return None
+    if kind != "llama3":
+        raise ConvertError(f"config.json has {key}.rope_type = {kind!r}; the engine runs plain RoPE and the llama3 "
+                           "rope scaling only. Use a checkpoint without that rope scaling.")
+    out = {"rope_type": "llama3"}
+    for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        v = params.get(k)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise ConvertError(f"config.json has {key}.{k} = {v!r}; the llama3 rope scaling needs it as a finite "
+                               "positive number. Fix config.json or download the checkpoint again.")
+        out[k] = v
+    if out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise ConvertError(f"config.json has {key}.high_freq_factor = {out['high_freq_factor']!r} <= low_freq_factor "
+                           f"{out['low_freq_factor']!r}; the llama3 rule needs high > low. Fix config.json.")
+    return out
 
 
 def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
@@ -205,7 +282,9 @@ def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
 
 def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     """config: the normalized config; raw: config.json as read (for bd_size).
-    Returns tokenizer_json, tokenizer_config, generation_config, chat_template, stop_ids, bos_id, mask_id, diffusion."""
+    Returns tokenizer_json, tokenizer_config, generation_config, chat_template, prompt_format, stop_ids, bos_id,
+    mask_id, diffusion. prompt_format: "chat", or "completion" for a checkpoint of another family than BitNet
+    (whose default template the model layer falls back to) that has no chat template: a base model."""
     tok_path = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(tok_path):
         raise ConvertError(f"tokenizer.json is missing from {folder}. Download it with the checkpoint "
@@ -248,11 +327,13 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     if not isinstance(block, int) or isinstance(block, bool) or not 0 < block <= config["max_position_embeddings"]:
         raise ConvertError(f"the diffusion block size {block!r} (bd_size / block_size) is not a whole number between 1 "
                            f"and the context {config['max_position_embeddings']}. Fix dlm_config.json or config.json.")
+    template = _checked_template(_chat_template(folder, tc))
     return {
         "tokenizer_json": tok_text,
         "tokenizer_config": tc,
         "generation_config": gc,
-        "chat_template": _checked_template(_chat_template(folder, tc)),
+        "chat_template": template,
+        "prompt_format": "completion" if template is None and family(raw or {}) not in (None, "bitnet") else "chat",
         "stop_ids": stop_ids,
         "bos_id": None if bos is None else int(bos),
         "mask_id": None if mask_id is None else int(mask_id),

@@ -1,4 +1,5 @@
-"""Hugging Face BitNetForCausalLM checkpoint folder -> one packed engine file (engine/file.py).
+"""Hugging Face 1.58-bit checkpoint folder (BitNetForCausalLM, a Llama with BitNet quantization, or 1bitLLM's
+BitnetForCausalLM; see checkpoint/config.py) -> one packed engine file (engine/file.py).
 
     convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
 
@@ -7,15 +8,18 @@ Two source layouts:
            (packing.unpack_hf_u8) + a one-element `<proj>.weight_scale`.
            linear_class "autobitlinear": W_eff = T * weight_scale  (scale_mode "multiply")
            linear_class "bitlinear":     W_eff = T / weight_scale  (scale_mode "divide")
-           linear_class absent: inferred from the scales (see _infer_scale_mode), recorded in meta.
-  online   the -bf16 sibling: `<proj>.weight` BF16/F16/F32 (N, K) latent weights, ternarized exactly as
-           transformers WeightQuant does in fp32: s = 1/max(mean|w|, 1e-5), T = clamp(rint(w*s), -1, 1),
-           W_eff = T * float32(1/s).
+           linear_class absent: a Llama (transformers' BitLinear, the default class) divides; a BitNet
+           model's rule is inferred from the scales (see _infer_scale_mode), recorded in meta.
+  online   the -bf16 sibling, 1bitLLM's checkpoints, Falcon-E's latent revisions: `<proj>.weight`
+           BF16/F16/F32 (N, K) latent weights, ternarized exactly as transformers WeightQuant (and 1bitLLM's
+           weight_quant) does in fp32: s = 1/max(mean|w|, 1e-5), T = clamp(rint(w*s), -1, 1), W_eff = T * float32(1/s).
+The scale rule is folded here into the per-row multiplier, so the engine only ever multiplies.
+Sub-norms: BitNet's self_attn.attn_sub_norm / mlp.ffn_sub_norm, or 1bitLLM's self_attn.inner_attn_ln /
+mlp.ffn_layernorm, or none (the Llama family): whichever layer 0 has, every layer must have.
 Output tensors (names and layouts in engine/file.py): per layer, q|k|v and gate|up fused row-wise into
 one tile-packed ternary matrix each with a float32 per-row multiplier (Np,), padding rows 0.
-The embedding stays bf16 (V, D); the int8 head is its per-row absmax quantization, built in row chunks.
-The untied-head case (tie_word_embeddings false with an lm_head.weight) is rejected: the engine file
-has one embedding that is also the head.
+The embedding stays bf16 (V, D). The head is the embedding (tied) or lm_head.weight (untied: stored bf16 as
+`lm_head` for the exact head); the int8 head is the head's per-row absmax quantization, built in row chunks.
 """
 import os
 import re
@@ -25,7 +29,7 @@ import numpy as np
 
 from ..engine import packing
 from ..engine.file import write_engine_file
-from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
+from .config import (ConvertError, family, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
 from .safetensors_reader import Checkpoint, SafetensorsError
 
@@ -36,11 +40,33 @@ CONVERTER_VERSION = 1
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 
-def _norm_shapes(cfg: dict) -> dict:
-    """HF norm name -> (engine name suffix, length)."""
+# the two namings of the sub-norms: (before o_proj, before down_proj)
+SUB_NORM_NAMES = {"bitnet": ("self_attn.attn_sub_norm", "mlp.ffn_sub_norm"),
+                  "1bitllm": ("self_attn.inner_attn_ln", "mlp.ffn_layernorm")}
+
+
+# Families whose modeling code always has sub-norms (their absence means a damaged checkpoint, not a model
+# without them): the namings each accepts. A Llama has whatever its tensors hold.
+SUB_NORMS_REQUIRED = {"bitnet": ("bitnet",), "1bitllm": ("1bitllm", "bitnet")}
+
+
+def _sub_norm_naming(ck: Checkpoint) -> str | None:
+    """Which sub-norm naming layer 0 uses ("bitnet", "1bitllm"), or None when it has no sub-norms."""
+    found = [k for k, names in SUB_NORM_NAMES.items() if any(f"model.layers.0.{n}.weight" in ck for n in names)]
+    if len(found) > 1:
+        raise ConvertError(f"layer 0 of {ck.folder} holds sub-norms under both namings ({', '.join(found)}). The "
+                           "checkpoint is not one this app knows: use an unmodified checkpoint.")
+    return found[0] if found else None
+
+
+def _norm_shapes(cfg: dict, naming: str | None) -> dict:
+    """HF norm name -> (engine name suffix, length), sub-norms under `naming` (None: no sub-norms)."""
     D, I = cfg["hidden_size"], cfg["intermediate_size"]
-    return {"input_layernorm": ("attn_norm", D), "self_attn.attn_sub_norm": ("attn_sub_norm", D),
-            "post_attention_layernorm": ("ffn_norm", D), "mlp.ffn_sub_norm": ("ffn_sub_norm", I)}
+    out = {"input_layernorm": ("attn_norm", D), "post_attention_layernorm": ("ffn_norm", D)}
+    if naming is not None:
+        attn, ffn = SUB_NORM_NAMES[naming]
+        out.update({attn: ("attn_sub_norm", D), ffn: ("ffn_sub_norm", I)})
+    return out
 
 
 def _expect(ck: Checkpoint, name: str, shape: tuple, tags: tuple) -> None:
@@ -57,15 +83,23 @@ def _expect(ck: Checkpoint, name: str, shape: tuple, tags: tuple) -> None:
                            f"Use an unmodified BitNet b1.58 checkpoint (packed U8 or bf16).")
 
 
-def _check_tensors(ck: Checkpoint, cfg: dict, layout: str) -> None:
+def _check_tensors(ck: Checkpoint, cfg: dict, layout: str, naming: str | None) -> None:
     """Check every tensor the conversion reads (header only, no data) before any work starts."""
     D, V = cfg["hidden_size"], cfg["vocab_size"]
     _expect(ck, "model.embed_tokens.weight", (V, D), FLOAT_TAGS)
+    if not cfg["tie_word_embeddings"]:
+        _expect(ck, "lm_head.weight", (V, D), FLOAT_TAGS)
     _expect(ck, "model.norm.weight", (D,), FLOAT_TAGS)
+    others = [n for k, names in SUB_NORM_NAMES.items() if k != naming for n in names]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        for hf, (_, n) in _norm_shapes(cfg).items():
+        for hf, (_, n) in _norm_shapes(cfg, naming).items():
             _expect(ck, p + hf + ".weight", (n,), FLOAT_TAGS)
+        stray = [p + n + ".weight" for n in others if p + n + ".weight" in ck]
+        if stray:
+            raise ConvertError(f"tensor {stray[0]!r} is a sub-norm, but layer 0 has "
+                               f"{'no sub-norms' if naming is None else 'them under the other naming'}. The layers do "
+                               "not agree: use an unmodified checkpoint.")
         for proj, (N, K) in projection_shapes(cfg).items():
             name = p + proj + ".weight"
             if layout == "offline":
@@ -125,8 +159,12 @@ def _infer_scale_mode(scales: list[float]) -> str:
     return "divide" if float(np.median(scales)) > DIVIDE_THRESHOLD else "multiply"
 
 
-def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str) -> tuple[np.ndarray, np.float32]:
-    """One projection -> (ternary int8 (N, K), float32 multiplier m) with W_eff = T * m."""
+def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
+             folded: bool = False) -> tuple[np.ndarray, np.float32]:
+    """One projection -> (ternary int8 (N, K), float32 multiplier m) with W_eff = T * m.
+    folded: latent weights that are already ternary x one scale (every nonzero |w| equal, as in Falcon-E's
+    `bfloat16` revision, onebitllms convert_to_bf16: T * mean|W|) are taken as they are, T = sign(w),
+    m = |w|; absmean would recover T but shrink m to mean|w| = m * (the fraction of nonzero weights)."""
     if layout == "offline":
         packed = ck.get(name)
         if np.any(packed & (packed >> 1) & 0x55):   # a 2-bit field equal to 3 (would unpack to +2)
@@ -139,6 +177,10 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str) -> tuple[n
                                f"checkpoint again.")
         return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
+    if folded:
+        nz = np.abs(w[w != 0])
+        if nz.size and nz.min() == nz.max():
+            return np.sign(w).astype(np.int8), np.float32(nz[0])
     # transformers WeightQuant, in fp32: s = 1 / mean|w|.clamp(1e-5); T = round(w*s).clamp(-1, 1); W = T / s
     mean = np.float32(np.mean(np.abs(w), dtype=np.float64))
     s = np.float32(1.0) / max(mean, np.float32(1e-5))
@@ -179,9 +221,9 @@ def build_int8_head(embed: np.ndarray, report=None) -> dict:
     return {"head.i8": head, "head.scale": scale, "head.rowsum": rowsum}
 
 
-def _read_embed(ck: Checkpoint, V: int, D: int) -> np.ndarray:
-    """model.embed_tokens.weight as bf16 bits (V, D): a view of the mmap when stored as BF16, else rounded."""
-    name = "model.embed_tokens.weight"
+def _read_embed(ck: Checkpoint, V: int, D: int, name: str = "model.embed_tokens.weight") -> np.ndarray:
+    """A (V, D) float tensor (the embedding, or lm_head.weight) as bf16 bits: a view of the mmap when stored
+    as BF16, else rounded."""
     src = ck.get(name)
     if ck.dtype(name) == "BF16":
         return src
@@ -206,17 +248,28 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                            f"(config.json, tokenizer.json, *.safetensors).")
     _refuse_own_input(src_dir, out_path)
     cfg, raw = read_model_config(src_dir)
+    fam = family(raw)
     _, linear_class, mode = read_quant_config(raw)
     text = read_text_meta(src_dir, cfg, raw)
     try:
         ck = Checkpoint(src_dir)
     except SafetensorsError as exc:
         raise ConvertError(str(exc)) from exc
-    if raw.get("tie_word_embeddings") is False or ("lm_head.weight" in ck and not raw.get("tie_word_embeddings")):
-        raise ConvertError("this checkpoint has an untied lm_head (tie_word_embeddings is false); the engine file "
-                           "supports only BitNet's tied embedding head. Use a tied BitNet b1.58 checkpoint.")
+    # tied unless config.json says false, or says nothing and the weights hold their own lm_head
+    tie = raw.get("tie_word_embeddings")
+    cfg["tie_word_embeddings"] = bool(tie) if tie is not None else "lm_head.weight" not in ck
+    if not cfg["tie_word_embeddings"] and "lm_head.weight" not in ck:
+        raise ConvertError(f"config.json has tie_word_embeddings = false, but {src_dir} holds no lm_head.weight. "
+                           "The checkpoint is incomplete: download it again.")
+    naming = _sub_norm_naming(ck) if cfg["num_hidden_layers"] else None
+    if cfg["num_hidden_layers"] and fam in SUB_NORMS_REQUIRED and naming not in SUB_NORMS_REQUIRED[fam]:
+        want = SUB_NORM_NAMES[SUB_NORMS_REQUIRED[fam][0]]
+        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam} model has "
+                           f"sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
+                           "it again.")
+    cfg["sub_norms"] = naming is not None
     layout = _layout(ck, cfg, linear_class, mode)
-    _check_tensors(ck, cfg, layout)
+    _check_tensors(ck, cfg, layout, naming)
     _check_layer_count(ck, cfg)
 
     L = cfg["num_hidden_layers"]
@@ -226,24 +279,29 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
         scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
     elif linear_class == "autobitlinear":
         scale_mode = "multiply"
-    elif linear_class == "bitlinear":
-        scale_mode = "divide"
+    elif linear_class == "bitlinear" or fam != "bitnet":
+        scale_mode = "divide"   # transformers' BitLinear, the class a config without linear_class gets
     else:
         scales = [float(ck.get_f32(f"model.layers.{i}.{p}.weight_scale").reshape(-1)[0])
                   for i in range(L) for p in projs]
         scale_mode, inferred = (_infer_scale_mode(scales) if scales else "multiply"), True
 
+    # Folded ternary latent weights are taken exactly unless the config asks for transformers' online
+    # AutoBitLinear, which re-quantizes whatever it gets by absmean (and the engine must compute the same).
+    folded = layout == "online" and linear_class != "autobitlinear"
     # Work: L layers + the head, with the head counted as about 10% of the total.
     tensors = {}
     try:
         tensors["embed"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"])
-        head = build_int8_head(tensors["embed"], lambda f, m: report(0.1 * f, m))
+        if not cfg["tie_word_embeddings"]:
+            tensors["lm_head"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"], "lm_head.weight")
+        head = build_int8_head(tensors.get("lm_head", tensors["embed"]), lambda f, m: report(0.1 * f, m))
         tensors["norm"] = ck.get_f32("model.norm.weight")
         for i in range(L):
             p, o = f"model.layers.{i}.", f"layers.{i}."
-            for hf, (eng, _) in _norm_shapes(cfg).items():
+            for hf, (eng, _) in _norm_shapes(cfg, naming).items():
                 tensors[o + eng] = ck.get_f32(p + hf + ".weight")
-            tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode) for proj in projs}
+            tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode, folded) for proj in projs}
             for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
                                ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
                                ("down", ("mlp.down_proj",))):
@@ -258,7 +316,8 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     meta = dict(text)
     meta["config"] = cfg
     meta["source"] = {
-        "path": os.path.abspath(src_dir), "layout": layout, "linear_class": linear_class,
+        "path": os.path.abspath(src_dir), "family": fam, "sub_norm_naming": naming,
+        "layout": layout, "linear_class": linear_class,
         "quantization_mode": mode, "scale_mode": scale_mode, "scale_mode_inferred": inferred,
         "embed_dtype": embed_dtype, "embed_rounded_to_bf16": embed_dtype != "BF16",
         "converter_version": CONVERTER_VERSION,
@@ -287,10 +346,11 @@ def _refuse_own_input(src_dir: str, out_path: str) -> None:
 
 def estimated_output_bytes(folder: str) -> int:
     """About the size of the engine file convert_checkpoint(folder) writes (0 when config.json cannot be
-    read): the bf16 embedding and the int8 head (3 bytes per vocab x hidden), 2-bit ternary weights, and
-    16 MB for norms, scales, padding and metadata."""
+    read): the bf16 embedding and the int8 head (3 bytes per vocab x hidden; 5 with an untied head's own
+    bf16 copy), 2-bit ternary weights, and 16 MB for norms, scales, padding and metadata."""
     try:
-        cfg, _ = read_model_config(folder)
+        cfg, raw = read_model_config(folder)
     except ConvertError:
         return 0
-    return 3 * cfg["vocab_size"] * cfg["hidden_size"] + ternary_weight_count(cfg) // 4 + (16 << 20)
+    per_row = 3 if raw.get("tie_word_embeddings") is not False else 5
+    return per_row * cfg["vocab_size"] * cfg["hidden_size"] + ternary_weight_count(cfg) // 4 + (16 << 20)

@@ -3,11 +3,14 @@
     write_synthetic_engine_file(out_path, shape="2b4t", seed=0) -> out_path
 
 For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests: the real 2B-4T shape (30 layers,
-2560/6912, 20/5 heads, vocab 128256), or "tiny". Ternary tiles are random bytes whose four 2-bit fields
-are each in {0, 1, 2}; per-row multipliers are about 1.5 (2B-4T's weight_scale); norms are around 1;
-the embedding is random bf16 and the int8 head is its real per-row quantization (so the exact and the
-int8 heads agree). The tokenizer is a real but tiny byte-level one (256 byte tokens, no merges) with the
-Llama-3 special tokens at their real ids, so the model layer can load the file and encode/decode text.
+2560/6912, 20/5 heads, vocab 128256), the Llama-family shapes falcon3-1b, falcon3-3b, falcon3-7b, falcon3-10b,
+llama3-8b and bitnet-3b (1bitLLM's; reference/model-families.md), or "tiny". Ternary tiles are random bytes
+whose four 2-bit fields are each in {0, 1, 2}; per-row multipliers are about 1.5 (2B-4T's weight_scale) or
+about mean|W| = 0.02 (the Llama family's 1/weight_scale); norms are around 1; the embedding (and an untied
+lm_head) is random bf16 and the int8 head is its real per-row quantization (so the exact and the int8 heads
+agree). The Llama shapes are silu without sub-norms, 2B-4T relu2 with them, as the real models. The tokenizer
+is a real but tiny byte-level one (256 byte tokens, no merges) with the special tokens at the shape's real ids,
+so the model layer can load the file and encode/decode text.
 """
 import json
 
@@ -29,9 +32,38 @@ SHAPES = {
     "2b4t": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=30, num_attention_heads=20,
                  num_key_value_heads=5, head_dim=128, vocab_size=128256, max_position_embeddings=4096,
                  bos=128000, eos=128001, eot=128009),
+    # tiiuae Falcon3-*-1.58bit (Base configs): head_dim 256, untied 131072-row head, silu, no sub-norms
+    "falcon3-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=18, num_attention_heads=8,
+                       num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=8192,
+                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    "falcon3-3b": dict(hidden_size=3072, intermediate_size=9216, num_hidden_layers=22, num_attention_heads=12,
+                       num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=4096,
+                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    "falcon3-7b": dict(hidden_size=3072, intermediate_size=23040, num_hidden_layers=28, num_attention_heads=12,
+                       num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=8192,
+                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    "falcon3-10b": dict(hidden_size=3072, intermediate_size=23040, num_hidden_layers=40, num_attention_heads=12,
+                        num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=32768,
+                        bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    # HF1BitLLM/Llama3-8B-1.58-100B-tokens (Meta-Llama-3-8B's shape)
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=8192,
+                      bos=128000, eos=128001, eot=128009, family="llama", rope_theta=500000.0),
+    # 1bitLLM/bitnet_b1_58-3B (26 layers: UNVERIFIED in the fact sheet): MHA, head_dim 100, tied, sub-norms
+    "bitnet-3b": dict(hidden_size=3200, intermediate_size=8640, num_hidden_layers=26, num_attention_heads=32,
+                      num_key_value_heads=32, head_dim=100, vocab_size=32002, max_position_embeddings=2048,
+                      bos=1, eos=2, eot=2, family="1bitllm", rope_theta=10000.0),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, vocab_size=272, max_position_embeddings=256,
                  bos=256, eos=257, eot=258),
+    # a small Llama-family shape for tests: head_dim 32 with 3 query heads per KV head, eos below 256 as Falcon3's
+    "tiny-llama": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=3,
+                       num_key_value_heads=1, head_dim=32, vocab_size=300, max_position_embeddings=256,
+                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    # a small 1bitLLM-large-like shape for tests: head_dim 96, multi-head attention, silu with sub-norms, tied
+    "tiny-1bitllm": dict(hidden_size=192, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=2, head_dim=96, vocab_size=300, max_position_embeddings=256,
+                         bos=1, eos=2, eot=2, family="1bitllm", rope_theta=10000.0),
 }
 
 # 81 = 3^4 byte values whose four 2-bit fields are all in {0, 1, 2}; a random byte b maps to entry b % 81
@@ -81,19 +113,25 @@ def _normal_quantile(u: np.ndarray) -> np.ndarray:
 
 
 def tiny_tokenizer_json(bos: int, eos: int, eot: int) -> str:
-    """Byte-level BPE with no merges: the 256 byte symbols as ids 0..255, plus the specials at the given ids."""
+    """Byte-level BPE with no merges: the 256 byte symbols, plus the specials at the given ids (the bytes take
+    ids 0..255, or 256 ids above the specials when those lie below 256, as Falcon3's eos 11 does)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
-    specials = {"<|begin_of_text|>": bos, "<|end_of_text|>": eos, "<|eot_id|>": eot}
-    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    specials = {}  # one name per id (Falcon3: bos = eos = eot = 11)
+    for name, i in (("<|end_of_text|>", eos), ("<|begin_of_text|>", bos), ("<|eot_id|>", eot)):
+        if i not in specials.values():
+            specials[name] = i
+    first = 0 if min(specials.values()) >= 256 else max(specials.values()) + 1
+    vocab = {c: first + i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     vocab.update(specials)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(specials))
-    tok.post_processor = processors.TemplateProcessing(
-        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
-        special_tokens=[("<|begin_of_text|>", bos)])
+    if "<|begin_of_text|>" in specials:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+            special_tokens=[("<|begin_of_text|>", bos)])
     return tok.to_str()
 
 
@@ -108,22 +146,31 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
+    fam = s.get("family", "bitnet")
+    lo, hi = (1.2, 1.8) if fam == "bitnet" else (0.015, 0.03)   # weight_scale, or 1 / weight_scale
+    sub_norms, tied = fam != "llama", fam != "llama"
+
     def scales(*rows):  # one multiplier per projection, repeated over its rows
-        return np.concatenate([np.full(r, rng.uniform(1.2, 1.8), dtype=np.float32) for r in rows])
+        return np.concatenate([np.full(r, rng.uniform(lo, hi), dtype=np.float32) for r in rows])
 
     tensors = {"embed": random_bf16(rng, V, D, std=0.5), "norm": norm(D)}
+    if not tied:
+        tensors["lm_head"] = random_bf16(rng, V, D, std=0.02)
     for i in range(L):
         o = f"layers.{i}."
-        tensors.update({o + "attn_norm": norm(D), o + "attn_sub_norm": norm(D),
-                        o + "ffn_norm": norm(D), o + "ffn_sub_norm": norm(I)})
+        tensors.update({o + "attn_norm": norm(D), o + "ffn_norm": norm(D)})
+        if sub_norms:
+            tensors.update({o + "attn_sub_norm": norm(D), o + "ffn_sub_norm": norm(I)})
         for name, rows, k in (("qkv", (q, kv, kv), D), ("o", (D,), q), ("gate_up", (I, I), D), ("down", (D,), I)):
             tensors[o + name + ".codes"] = random_ternary_tiles(rng, sum(rows), k)
             tensors[o + name + ".scale"] = scales(*rows)
-    tensors.update(build_int8_head(tensors["embed"]))
+    tensors.update(build_int8_head(tensors.get("lm_head", tensors["embed"])))
 
     config = {k: s[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")}
-    config.update(rope_theta=500000.0, rms_norm_eps=1e-5, bos_token_id=s["bos"], eos_token_id=s["eos"])
+    config.update(rope_theta=s.get("rope_theta", 500000.0), rms_norm_eps=1e-5, bos_token_id=s["bos"],
+                  eos_token_id=s["eos"], hidden_act="relu2" if fam == "bitnet" else "silu", sub_norms=sub_norms,
+                  tie_word_embeddings=tied, rope_scaling=None)
     meta = {
         "config": config,
         "tokenizer_json": tiny_tokenizer_json(s["bos"], s["eos"], s["eot"]),
@@ -131,12 +178,13 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
                              "chat_template": BITNET_CHAT_TEMPLATE},
         "generation_config": {"bos_token_id": s["bos"], "eos_token_id": [s["eos"], s["eot"]]},
         "chat_template": BITNET_CHAT_TEMPLATE,
-        "stop_ids": [s["eos"], s["eot"]],
+        "stop_ids": sorted({s["eos"], s["eot"]}),
         "bos_id": s["bos"],
         "mask_id": None,
         "diffusion": {"block_size": DEFAULT_BLOCK_SIZE, "attention": DEFAULT_ATTENTION, "trained": False},
         "source": {"path": None, "layout": "synthetic", "shape": shape, "seed": seed, "linear_class": None,
-                   "scale_mode": "multiply", "scale_mode_inferred": False, "embed_dtype": "BF16",
+                   "family": fam, "scale_mode": "multiply" if fam == "bitnet" else "divide",
+                   "scale_mode_inferred": False, "embed_dtype": "BF16",
                    "converter_version": CONVERTER_VERSION},
     }
     assert all(x % 16 == 0 for x in (D, I, q, kv)), "synthetic shapes must be tile aligned"

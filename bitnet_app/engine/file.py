@@ -1,6 +1,6 @@
 """The packed engine file: one versioned, mmap-able file per converted checkpoint.
 
-Layout (little endian), format 2:
+Layout (little endian), format 3 (format 2 files are still read, see "Versions" below):
     bytes 0..7    magic b"BITNETAP"
     bytes 8..11   uint32 format version (FORMAT_VERSION)
     bytes 12..19  uint64 length of the JSON metadata that follows
@@ -16,17 +16,30 @@ each CHUNK_BYTES piece of the data region, read as little-endian uint64 words), 
 layer needs: "tokenizer_json", "tokenizer_config",
 "generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion", "source".
 
+Config keys of format 3 beyond the sizes (checkpoint/config.py writes them, validate.py checks them):
+    hidden_act "relu2" | "silu"      the gated MLP's activation
+    sub_norms true | false           layers.i.{attn,ffn}_sub_norm present (BitNet) or absent (Llama family)
+    tie_word_embeddings true | false the head is the embedding, or its own tensor lm_head
+    rope_scaling null | {"rope_type": "llama3", ...}   see engine/rope.py
+The weight-scale rule (multiply or divide by the checkpoint's weight_scale) is folded into each matrix's
+per-row multiplier at conversion, so the engine has one rule: W_eff = T * scale.
+
+Versions: format 2 (before the Llama family) had no such keys and always held relu2, sub-norms and a tied
+head; it is read with those values filled in. Format 1 and unknown versions are refused with "convert again".
+
 Tensor names (i = layer index), layouts from packing.py:
-    embed                       uint16 (V, D)        bfloat16 bits, row-major (embedding and exact head)
+    embed                       uint16 (V, D)        bfloat16 bits, row-major (embedding; the exact head when tied)
+    lm_head                     uint16 (V, D)        bfloat16 bits: the exact head when untied (absent when tied)
     norm                        float32 (D,)
     layers.i.attn_norm          float32 (D,)         input_layernorm
-    layers.i.attn_sub_norm      float32 (D,)
+    layers.i.attn_sub_norm      float32 (D,)         only when sub_norms
     layers.i.ffn_norm           float32 (D,)         post_attention_layernorm
-    layers.i.ffn_sub_norm       float32 (I,)
+    layers.i.ffn_sub_norm       float32 (I,)         only when sub_norms
     layers.i.{qkv,o,gate_up,down}.codes  uint8 ternary tiles; .scale float32 (Np,) per-row multiplier
         qkv rows = [q (H*hd) | k (KVH*hd) | v (KVH*hd)], K = D
         o: N = D, K = H*hd;  gate_up rows = [gate (I) | up (I)], K = D;  down: N = D, K = I
     head.i8                     int8 tiles (Vp/16, Dp/4, 64); head.scale float32 (Vp,); head.rowsum int32 (Vp,)
+                                (the int8 head: of lm_head when untied, else of the embedding)
 
 Files are written to a temporary name in the same folder (.partial-<pid>-*.bitnet) and renamed into
 place, so a crash never leaves a half-written file under the final name; remove_stale_partials()
@@ -54,7 +67,10 @@ import numpy as np
 from .validate import DTYPES, EngineFileError, check_meta, check_table
 
 MAGIC = b"BITNETAP"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)
+# what a format-2 file implicitly was: BitNet b1.58 2B-4T's architecture
+FORMAT_2_DEFAULTS = {"hidden_act": "relu2", "sub_norms": True, "tie_word_embeddings": True, "rope_scaling": None}
 DATA_ALIGN = 4096
 TENSOR_ALIGN = 64
 CHUNK_BYTES = 16 << 20           # one data checksum per 16 MB
@@ -185,8 +201,9 @@ NOT_AN_ENGINE_FILE = ("is not a BitNet engine file (those start with BITNETAP). 
 def _problem(version, meta_len: int, size: int) -> str | None:
     if version is None:
         return "is too short to be an engine file (truncated?). Convert the checkpoint again."
-    if version != FORMAT_VERSION:
-        return (f"has engine format {version}, this version reads {FORMAT_VERSION}. Convert the checkpoint again "
+    if version not in READABLE_VERSIONS:
+        return (f"has engine format {version}, this version reads {' and '.join(map(str, READABLE_VERSIONS))}. "
+                "Convert the checkpoint again "
                 "(the cached copy of a checkpoint folder or Hub repo is rebuilt by itself).")
     if meta_len > min(size - _HEADER.size, MAX_META_BYTES):
         return "is truncated or damaged (its metadata runs past the end). Convert the checkpoint again."
@@ -210,7 +227,7 @@ def _read_meta(path: str) -> tuple[dict, int]:
             version = struct.unpack_from("<I", head, 8)[0]
         if len(head) == _HEADER.size:
             _, version, meta_len, digest = _HEADER.unpack(head)
-        elif version == FORMAT_VERSION:
+        elif version in READABLE_VERSIONS:
             version = None
         problem = _problem(version, meta_len, size)
         if problem:
@@ -225,6 +242,9 @@ def _read_meta(path: str) -> tuple[dict, int]:
         raise EngineFileError(f"{path} has unreadable metadata ({exc}). Convert the checkpoint again.") from None
     if not isinstance(meta, dict):
         raise EngineFileError(f"{path} has metadata that is not a JSON object. Convert the checkpoint again.")
+    if version == 2 and isinstance(meta.get("config"), dict):
+        for key, value in FORMAT_2_DEFAULTS.items():
+            meta["config"].setdefault(key, value)
     return meta, size
 
 

@@ -7,6 +7,7 @@ Shapes: T tokens at positions 0..T-1, D hidden, hd head dim, mask (T, T) bool, T
 import numpy as np
 
 from .packing import bf16_to_f32, unpack_int8_tiles, unpack_ternary_tiles
+from .rope import rope_inv_freq
 
 
 def causal_mask(T: int) -> np.ndarray:
@@ -25,8 +26,11 @@ class NumpyModel:
         self.D, self.I, self.L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
         self.H, self.G, self.hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
         self.V, self.theta, self.eps = c["vocab_size"], c["rope_theta"], np.float32(c["rms_norm_eps"])
+        self.inv_freq = rope_inv_freq(c, plain=True)
+        self.act = c["hidden_act"]
         t = ef.tensors
         self.embed = bf16_to_f32(t["embed"])
+        self.head = bf16_to_f32(t["lm_head"]) if "lm_head" in t else self.embed
         self.norm = np.asarray(t["norm"])
         self.layers = []
         kvd = self.G * self.hd
@@ -34,7 +38,8 @@ class NumpyModel:
                   "down": (self.D, self.I)}
         for l in range(self.L):
             p = f"layers.{l}."
-            lay = {k: np.asarray(t[p + k]) for k in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm")}
+            lay = {k: np.asarray(t[p + k]) if p + k in t else None   # sub-norms: None when the model has none
+                   for k in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm")}
             for name, (n, k) in shapes.items():
                 lay[name] = (unpack_ternary_tiles(t[p + name + ".codes"], n, k).astype(np.float32),
                              np.asarray(t[p + name + ".scale"])[:n])
@@ -45,6 +50,8 @@ class NumpyModel:
 
     # ---- blocks (fp32 like the reference run in fp32)
     def rmsnorm(self, x, w):
+        if w is None:  # a layer without this sub-norm
+            return x
         var = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True).astype(np.float32)
         return w * (x * (np.float32(1.0) / np.sqrt(var + self.eps)))
 
@@ -62,8 +69,7 @@ class NumpyModel:
         return (q.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32) * inv * mult
 
     def rope_tables(self, T):
-        half = self.hd // 2
-        inv = (1.0 / np.power(np.float64(self.theta), (np.arange(half) * 2 / self.hd))).astype(np.float32)
+        inv = self.inv_freq
         ang = np.arange(T, dtype=np.float32)[:, None] * inv[None, :]
         return np.cos(ang.astype(np.float64)).astype(np.float32), np.sin(ang.astype(np.float64)).astype(np.float32)
 
@@ -102,15 +108,18 @@ class NumpyModel:
             x = x + self.linear(o, lay["o"])
             b = self.rmsnorm(x, lay["ffn_norm"])
             gu = self.linear(b, lay["gate_up"])
-            hmid = np.maximum(gu[:, :self.I], 0) ** 2 * gu[:, self.I:]
+            g, u = gu[:, :self.I], gu[:, self.I:]
+            with np.errstate(over="ignore"):  # silu of a large negative g: e^-g = inf, g / inf = -0 as in torch
+                hmid = (np.maximum(g, 0) ** 2 if self.act == "relu2" else g / (np.float32(1) + np.exp(-g))) * u
             x = x + self.linear(self.rmsnorm(hmid, lay["ffn_sub_norm"]), lay["down"])
         return self.rmsnorm(x, self.norm)
 
     def logits(self, ids, mask=None, head="exact", kv16=False):
-        """(T, V) float32; head "exact" uses the bf16 embedding, "int8" the engine's int8 head."""
+        """(T, V) float32; head "exact" uses the bf16 head (the embedding, or lm_head when untied), "int8" the
+        engine's int8 head."""
         mask = causal_mask(len(ids)) if mask is None else mask
         h = self.hidden(ids, mask, kv16)
         if head == "exact":
-            return (h.astype(np.float64) @ self.embed.T.astype(np.float64)).astype(np.float32)
+            return (h.astype(np.float64) @ self.head.T.astype(np.float64)).astype(np.float32)
         q, inv = self.quant(h)
         return (q.astype(np.float64) @ self.head_i8.T.astype(np.float64)).astype(np.float32) * inv * self.head_scale

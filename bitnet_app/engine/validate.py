@@ -7,7 +7,8 @@ check_table(meta, size, ...) -> layout   the tensor table: known dtypes, shapes 
 check_meta(meta, where)                  the config (config_problem) and the keys the model layer reads
 config_problem(cfg) -> str | None        the hyper-parameters the engine runs on: positive whole numbers
                                          (not booleans, not 1.5), a finite positive rope_theta and
-                                         rms_norm_eps, heads that divide evenly
+                                         rms_norm_eps, heads that divide evenly, a known activation,
+                                         sub-norm and head flags, no rope scaling or a complete llama3 one
 
 Every failure is an EngineFileError naming the file and saying "convert the checkpoint again"; the
 converter uses config_problem too, so a checkpoint with such values is refused before conversion.
@@ -21,6 +22,7 @@ INT_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attent
             "head_dim", "vocab_size", "max_position_embeddings")
 MAX_DIM = 1 << 24           # no dimension of a model this engine runs comes near 16 M
 MAX_CONTEXT = 1 << 20
+ACTIVATIONS = ("relu2", "silu")
 
 
 def _whole(x) -> bool:
@@ -51,6 +53,27 @@ def config_problem(cfg) -> str | None:
     if h * hd != d or h % g or hd % 2:
         return (f"has {h} heads x head_dim {hd} for hidden_size {d} with {g} KV heads (heads x head_dim must equal "
                 "hidden_size, the KV heads divide the heads, head_dim is even)")
+    if cfg.get("hidden_act") not in ACTIVATIONS:
+        return f"has hidden_act = {cfg.get('hidden_act')!r}, not one of {', '.join(ACTIVATIONS)}"
+    for key in ("sub_norms", "tie_word_embeddings"):
+        if not isinstance(cfg.get(key), bool):
+            return f"has {key} = {cfg.get(key)!r}, which is not true or false"
+    return rope_scaling_problem(cfg.get("rope_scaling"))
+
+
+def rope_scaling_problem(rs) -> str | None:
+    """None for no rope scaling or a complete llama3 one (engine/rope.py), else what is wrong."""
+    if rs is None:
+        return None
+    if not isinstance(rs, dict) or rs.get("rope_type") != "llama3":
+        return f"has rope_scaling = {str(rs)[:120]}, which is not the llama3 rule (the only rope scaling supported)"
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        v = rs.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            return f"has rope_scaling.{key} = {v!r}, which is not a finite positive number"
+    if rs["high_freq_factor"] <= rs["low_freq_factor"]:
+        return (f"has rope_scaling high_freq_factor {rs['high_freq_factor']} <= low_freq_factor "
+                f"{rs['low_freq_factor']} (the llama3 rule divides by their difference)")
     return None
 
 
@@ -95,7 +118,17 @@ def check_meta(meta: dict, where: str) -> None:
     problem = config_problem(meta.get("config"))
     if problem:
         _fail(where, problem)
-    V = meta["config"]["vocab_size"]
+    cfg = meta["config"]
+    V = cfg["vocab_size"]
+    names = meta["tensors"]
+    for i in range(cfg["num_hidden_layers"]):
+        for n in ("attn_sub_norm", "ffn_sub_norm"):
+            if (f"layers.{i}.{n}" in names) != cfg["sub_norms"]:
+                _fail(where, f"says sub_norms = {str(cfg['sub_norms']).lower()} but layers.{i}.{n} is "
+                             f"{'present' if not cfg['sub_norms'] else 'missing'}")
+    if ("lm_head" in names) == cfg["tie_word_embeddings"]:
+        _fail(where, f"says tie_word_embeddings = {str(cfg['tie_word_embeddings']).lower()} but lm_head is "
+                     f"{'present' if cfg['tie_word_embeddings'] else 'missing'}")
     stops = meta.get("stop_ids", [])
     if not isinstance(stops, list) or not all(_whole(i) and 0 <= i < V for i in stops):
         _fail(where, f"has stop_ids {str(stops)[:80]} outside the vocabulary of {V}")
@@ -109,6 +142,8 @@ def check_meta(meta: dict, where: str) -> None:
     for key in ("tokenizer_config", "generation_config", "diffusion", "source"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             _fail(where, f"has a {key} that is not an object")
+    if meta.get("prompt_format") not in (None, "chat", "completion"):
+        _fail(where, f"has a prompt_format {meta['prompt_format']!r} (chat or completion)")
     d = meta.get("diffusion") or {}
     if d.get("block_size") is not None and not (_whole(d["block_size"]) and 0 < d["block_size"] <= MAX_CONTEXT):
         _fail(where, f"has a diffusion block_size {d['block_size']!r} that is not a positive whole number")

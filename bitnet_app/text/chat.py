@@ -36,6 +36,14 @@ BITNET_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}"
 )
 
+# A base model (a checkpoint without a chat template, e.g. 1bitLLM's) runs as completion: the conversation is
+# one document, each message's text continuing the one before (the model's replies continue the user's
+# text); a system prompt has no place in it.
+COMPLETION_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['content'] }}{% endif %}"
+    "{% endfor %}"
+)
+
 ROLES = ("system", "user", "assistant")
 
 

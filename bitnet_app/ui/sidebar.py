@@ -7,6 +7,7 @@ import os
 
 import streamlit as st
 
+from .. import catalog
 from ..params import KNOBS, MODES
 from ..units import format_bytes
 from . import export, sources, state
@@ -17,6 +18,37 @@ ISA_LABELS = {"avx512-vnni": "AVX512-VNNI", "avx512": "AVX512-VNNI", "avx2": "AV
 
 def _clear_chat() -> None:
     st.session_state.messages = []
+
+
+@st.cache_resource(show_spinner=False)
+def read_roof(threads: int) -> float | None:
+    """The read roof of this machine (catalog.read_roof_gb_s), measured once per process; None if it cannot be."""
+    try:
+        return catalog.read_roof_gb_s(threads)
+    except (MemoryError, ValueError, ImportError):
+        return None
+
+
+def _threads() -> int:
+    return int(st.session_state.get("threads") or 0) or (os.cpu_count() or 1)
+
+
+def catalog_table(roof_gb_s: float | None) -> str:
+    """Markdown: every model the picker knows by name, with what it needs on this computer (one line each: the
+    sidebar is too narrow for a table)."""
+    free = catalog.available_ram()
+    rows = []
+    for e in catalog.ENTRIES.values():
+        n = catalog.needs(e, roof_gb_s)
+        mem = f"{format_bytes(n.memory_bytes)} memory" + (" ⚠" if free and n.memory_bytes > free else "")
+        speed = f" · ≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else ""
+        base = " (base model)" if not e.chat else ""
+        rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
+    note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
+            f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 70-80% of it." if roof_gb_s else
+            "The read roof could not be measured, so no speeds are shown.")
+    warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if free else ""
+    return "\n".join(rows) + "\n\n" + note + warn
 
 
 def model_picker(busy: bool):
@@ -44,8 +76,11 @@ def model_picker(busy: bool):
                      format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
                      help="Threads for the engine; auto uses every core. Changing it reloads the model.")
         source = sources.resolve(label, custom)
+        roof = read_roof(_threads())
         if source is not None:
-            about.caption(sources.describe(source))  # until a model runs (describe_running)
+            about.caption(sources.describe(source, roof))  # until a model runs (describe_running)
+        with st.expander("What each model needs here", icon=":material/speed:"):
+            st.markdown(catalog_table(roof))
         return source, about
 
 
@@ -54,7 +89,7 @@ def describe_running(about, running, wanted, model) -> None:
     stands in for the chosen one, which (`wanted`, a Source, else None)."""
     params = _count(int(model.info()["parameters"]))
     name = "the bundled demo model" if running.label == sources.DEMO_LABEL else f"**{running.label}**"
-    lines = [f"Running {name} · {params} parameters", sources.describe(running)]
+    lines = [f"Running {name} · {params} parameters", sources.describe(running, read_roof(_threads()))]
     if wanted is not None:
         lines.insert(1, f"(instead of {wanted.label}, which could not be downloaded)")
     about.caption("  \n".join(lines))
@@ -86,7 +121,11 @@ def settings(model, busy: bool) -> None:
             _knob("sub_block_size", busy, options=subs)
             _knob("threshold", busy)
             _knob("attention", busy)
-        if state.uses_system_prompt(model):
+        if model.completion:
+            st.info("This is a base model with no chat template: it runs as **completion**. It continues the "
+                    "text you write rather than answering it, so start the text you want it to go on with.",
+                    icon=":material/edit_note:")
+        elif state.uses_system_prompt(model):
             st.text_area("System prompt", key="system_prompt", height=90, disabled=busy,
                          help="Instructions the model reads before the conversation.")
         else:

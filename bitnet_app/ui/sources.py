@@ -2,8 +2,10 @@
 import os
 from dataclasses import dataclass
 
+from .. import catalog
 from ..demo import demo_model_dir
 from ..source import DEFAULT_REPO, DEMO, is_repo_id
+from ..units import format_bytes
 from . import suggestions
 
 BF16_REPO = DEFAULT_REPO + "-bf16"
@@ -30,12 +32,35 @@ def demo_description() -> str:
             "you give it (expect style, not sense) and was trained for block diffusion.")
 
 
-def describe(source: "Source") -> str:
-    """What the model behind `source` is, in a sentence or two."""
+def needs_line(entry: catalog.Entry, roof_gb_s: float | None = None, free_ram: int | None = None) -> str:
+    """Download, memory and expected decode speed of a catalog model on this machine, with a warning when the
+    memory it needs is more than the computer has free."""
+    n = catalog.needs(entry, roof_gb_s)
+    free_ram = catalog.available_ram() if free_ram is None else free_ram
+    parts = [f"{format_bytes(n.download_bytes)} download",
+             f"about {format_bytes(n.memory_bytes)} of memory"]
+    if n.expected_tok_s is not None:
+        parts.append(f"up to ~{n.expected_tok_s:.0f} tokens/s here ({format_bytes(n.bytes_per_token)} read per "
+                     f"token at {roof_gb_s:.0f} GB/s)")
+    line = " · ".join(parts) + "."
+    if free_ram and n.memory_bytes > free_ram:
+        line += f" ⚠ This computer has only {format_bytes(free_ram)} of memory free: it may not run."
+    if not entry.chat:
+        line += " A base model with no chat template: it continues your text (completion)."
+    if not entry.verified:
+        line += " (Sizes from the expected shape; the checkpoint's config decides.)"
+    return line
+
+
+def describe(source: "Source", roof_gb_s: float | None = None) -> str:
+    """What the model behind `source` is, in a sentence or two (with its needs when the catalog knows it)."""
     if source.label == DEMO_LABEL:
         return demo_description()
+    entry = catalog.ENTRIES.get(source.target) if source.kind == "hub" else None
     if source.label in DESCRIPTIONS:
-        return DESCRIPTIONS[source.label]
+        return DESCRIPTIONS[source.label] + (" " + needs_line(entry, roof_gb_s) if entry else "")
+    if entry is not None:
+        return f"{entry.name}. " + needs_line(entry, roof_gb_s)
     if source.kind == "hub":
         return "A Hugging Face repository, downloaded and converted for this CPU once."
     if source.target.endswith(".bitnet"):
@@ -71,7 +96,7 @@ def demo_source() -> Source:
 
 
 def choices() -> list[str]:
-    labels = [DEFAULT_REPO, BF16_REPO]
+    labels = [DEFAULT_REPO, BF16_REPO] + [r for r in catalog.ENTRIES if r not in (DEFAULT_REPO, BF16_REPO)]
     if demo_available():
         labels.append(DEMO_LABEL)
     env = os.environ.get(MODEL_ENV, "").strip()

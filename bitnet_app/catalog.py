@@ -1,0 +1,115 @@
+"""The public 1.58-bit checkpoints the app knows by name, and what each needs on this machine.
+
+    ENTRIES                        repo id -> Entry (shapes from reference/model-families.md)
+    needs(entry, roof_gb_s)        -> Needs: download, engine file, memory to run, bytes per token, expected tok/s
+    read_roof_gb_s(threads)        -> GB/s the engine's threads reach reading memory (measured, ~1 s)
+    available_ram()                -> bytes the OS can still give (MemAvailable), 0 if unknown
+
+The arithmetic, per model (body = the seven ternary projections of every layer):
+    download     packed: body / 4 bytes (2 bits a weight) + bf16 embedding (+ bf16 lm_head when untied);
+                 latent: 2 bytes a weight for body and embedding (fp16 / bf16 uploads)
+    memory       what a decode keeps resident: body / 4 (the engine's 2-bit tiles) + the int8 head (V x D)
+                 + the bf16 embedding (V x D x 2, only its used rows are read) + the fp16 KV cache of a
+                 4096-token conversation (or the model's context if shorter): 2 x L x ctx x G x hd x 2 bytes
+    per token    the bytes one decode step streams: body / 4 + the int8 head (V x D); the KV cache read is
+                 extra and grows with the conversation (not counted)
+    expected     read roof / bytes per token: the ceiling a decode step can reach (the engine reaches 67..78% of
+                 it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md)
+Every figure is an estimate from the published shapes, not a measurement of the model; shapes marked
+`verified=False` come from the fact sheet's best estimate.
+"""
+from dataclasses import dataclass
+
+KV_CONTEXT = 4096   # conversation length the memory figure assumes
+
+
+@dataclass(frozen=True)
+class Entry:
+    repo: str
+    name: str        # for people
+    family: str      # "bitnet" | "llama" | "1bitllm"
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    context: int
+    tied: bool
+    weights: str     # "packed" (U8 + weight_scale) | "latent" (bf16 / fp16 master weights)
+    chat: bool       # has a chat template (else: completion)
+    verified: bool = True
+
+    @property
+    def body(self) -> int:
+        """Ternary weights: q, k, v, o, gate, up, down of every layer."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return self.layers * (2 * self.hidden * q + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate)
+
+
+@dataclass(frozen=True)
+class Needs:
+    download_bytes: int
+    engine_bytes: int
+    memory_bytes: int
+    bytes_per_token: int
+    expected_tok_s: float | None   # None when the read roof is unknown
+
+
+def _e(repo, name, family, D, I, L, H, G, hd, V, ctx, tied, weights, chat, verified=True) -> Entry:
+    return Entry(repo, name, family, D, I, L, H, G, hd, V, ctx, tied, weights, chat, verified)
+
+
+ENTRIES = {e.repo: e for e in (
+    _e("microsoft/bitnet-b1.58-2B-4T", "BitNet b1.58 2B-4T (Microsoft)", "bitnet",
+       2560, 6912, 30, 20, 5, 128, 128256, 4096, True, "packed", True),
+    _e("microsoft/bitnet-b1.58-2B-4T-bf16", "BitNet b1.58 2B-4T, bf16 master weights", "bitnet",
+       2560, 6912, 30, 20, 5, 128, 128256, 4096, True, "latent", True),
+    _e("tiiuae/Falcon3-1B-Instruct-1.58bit", "Falcon3 1B Instruct 1.58-bit (TII)", "llama",
+       2048, 8192, 18, 8, 4, 256, 131072, 8192, False, "packed", True),
+    _e("tiiuae/Falcon3-3B-Instruct-1.58bit", "Falcon3 3B Instruct 1.58-bit (TII)", "llama",
+       3072, 9216, 22, 12, 4, 256, 131072, 4096, False, "packed", True, verified=False),
+    _e("tiiuae/Falcon3-7B-Instruct-1.58bit", "Falcon3 7B Instruct 1.58-bit (TII)", "llama",
+       3072, 23040, 28, 12, 4, 256, 131072, 8192, False, "packed", True),
+    _e("tiiuae/Falcon3-10B-Instruct-1.58bit", "Falcon3 10B Instruct 1.58-bit (TII)", "llama",
+       3072, 23040, 40, 12, 4, 256, 131072, 32768, False, "packed", True, verified=False),
+    _e("HF1BitLLM/Llama3-8B-1.58-100B-tokens", "Llama3 8B 1.58-bit, 100B tokens (HF1BitLLM)", "llama",
+       4096, 14336, 32, 32, 8, 128, 128256, 8192, False, "packed", True, verified=False),
+    _e("1bitLLM/bitnet_b1_58-large", "bitnet_b1_58-large, the 2024 paper's reproduction (base model)", "1bitllm",
+       1536, 4096, 24, 16, 16, 96, 32002, 2048, True, "latent", False),
+    _e("1bitLLM/bitnet_b1_58-3B", "bitnet_b1_58-3B, the 2024 paper's reproduction (base model)", "1bitllm",
+       3200, 8640, 26, 32, 32, 100, 32002, 2048, True, "latent", False, verified=False),
+)}
+
+
+def needs(e: Entry, roof_gb_s: float | None = None) -> Needs:
+    vd = e.vocab * e.hidden
+    heads = 1 if e.tied else 2
+    body_bytes = e.body // 4 if e.weights == "packed" else 2 * e.body
+    download = body_bytes + 2 * vd * heads
+    engine = e.body // 4 + 3 * vd + (0 if e.tied else 2 * vd)
+    ctx = min(e.context, KV_CONTEXT)
+    kv = 2 * e.layers * ctx * e.kv_heads * e.head_dim * 2
+    per_token = e.body // 4 + vd
+    memory = e.body // 4 + vd + 2 * vd + kv
+    speed = roof_gb_s * 1e9 / per_token if roof_gb_s else None
+    return Needs(download, engine, memory, per_token, speed)
+
+
+def read_roof_gb_s(threads: int) -> float:
+    """The read roof the engine's threads reach now (best of 1 thread and `threads`: on a busy machine a
+    descheduled worker can make the shared figure lower than one thread's)."""
+    from . import _engine
+    return max(_engine.read_roof_gb_s(t, megabytes=128, passes=2) for t in sorted({1, max(1, threads)}))
+
+
+def available_ram() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
