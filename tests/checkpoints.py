@@ -40,18 +40,26 @@ def add(a, b):
 """
 
 
-@functools.lru_cache(maxsize=None)
-def toy_tokenizer_json(mask_token: bool = False) -> str:
-    """A byte-level BPE tokenizer.json (about 400 ids), Llama-3 style: the special tokens come after
-    the ordinary ones, and a TemplateProcessing post-processor prepends <|begin_of_text|>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def byte_level_bpe(vocab_size: int = 400):
+    """A byte-level BPE Tokenizer trained on _CORPUS (no special tokens yet; the callers add their own)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=1, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    return tok
+
+
+@functools.lru_cache(maxsize=None)
+def toy_tokenizer_json(mask_token: bool = False) -> str:
+    """A byte-level BPE tokenizer.json (about 400 ids), Llama-3 style: the special tokens come after
+    the ordinary ones, and a TemplateProcessing post-processor prepends <|begin_of_text|>."""
+    from tokenizers import processors
+
+    tok = byte_level_bpe()
     tok.add_special_tokens([BOS, EOS, EOT] + ([MASK] if mask_token else []))
     bos = tok.token_to_id(BOS)
     tok.post_processor = processors.TemplateProcessing(

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from checkpoints import _CORPUS, _dump
+from checkpoints import _CORPUS, _dump, byte_level_bpe
 
 FALCON3_TEMPLATE = (
     "{% for message in messages %}"
@@ -79,7 +79,7 @@ def toy_tokenizer(style: str) -> tuple[str, dict]:
     falcon3 (byte-level BPE, specials after the vocabulary, no post-processor), llama3 (byte-level BPE,
     Llama-3 specials, BOS added by a TemplateProcessing post-processor), sentencepiece (LLaMA-1 style:
     <unk> <s> </s> first, "▁" for spaces, byte fallback, BOS added by the post-processor)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
 
     if style == "sentencepiece":
         specials = ["<unk>", "<s>", "</s>"]
@@ -95,12 +95,7 @@ def toy_tokenizer(style: str) -> tuple[str, dict]:
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                            special_tokens=[("<s>", ids["<s>"])])
         return tok.to_str(), ids
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=1, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    tok = byte_level_bpe()
     if style == "falcon3":
         specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>"]
         tok.add_special_tokens(specials)
