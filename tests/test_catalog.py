@@ -38,7 +38,7 @@ def test_the_real_shapes_agree_with_the_fact_sheet():
     two_b = catalog.needs(catalog.ENTRIES["microsoft/bitnet-b1.58-2B-4T"])
     assert abs(two_b.bytes_per_token / 849e6 - 1) < 0.01           # BENCHMARKS.md: 849 MB per token
     assert abs(two_b.download_bytes / 1.18e9 - 1) < 0.03
-    # the synthetic bench shapes are the catalog's
+    # the synthetic bench shapes are the catalog's (synthetic.py derives them; this guards against a return to copies)
     for shape, repo in (("falcon3-1b", "tiiuae/Falcon3-1B-Instruct-1.58bit"),
                         ("falcon3-7b", "tiiuae/Falcon3-7B-Instruct-1.58bit"),
                         ("llama3-8b", "HF1BitLLM/Llama3-8B-1.58-100B-tokens")):

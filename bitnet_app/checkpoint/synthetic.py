@@ -16,6 +16,7 @@ import json
 
 import numpy as np
 
+from .. import catalog
 from ..engine import packing
 from ..engine.file import write_engine_file
 from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
@@ -28,31 +29,27 @@ BITNET_CHAT_TEMPLATE = (
     "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}")
 
 # Every dimension is a multiple of 16, so no tile needs padding.
+def _catalog_shape(repo: str, **rest) -> dict:
+    """The dimensions bitnet_app/catalog.py records for `repo` (one table for both), plus the ids and the rest."""
+    e = catalog.ENTRIES[repo]
+    return dict(hidden_size=e.hidden, intermediate_size=e.intermediate, num_hidden_layers=e.layers,
+                num_attention_heads=e.heads, num_key_value_heads=e.kv_heads, head_dim=e.head_dim,
+                vocab_size=e.vocab, max_position_embeddings=e.context, family=e.family, **rest)
+
+
+FALCON3 = dict(bos=11, eos=11, eot=11, rope_theta=1000042.0)
 SHAPES = {
-    "2b4t": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=30, num_attention_heads=20,
-                 num_key_value_heads=5, head_dim=128, vocab_size=128256, max_position_embeddings=4096,
-                 bos=128000, eos=128001, eot=128009),
+    "2b4t": _catalog_shape("microsoft/bitnet-b1.58-2B-4T", bos=128000, eos=128001, eot=128009),
     # tiiuae Falcon3-*-1.58bit (Base configs): head_dim 256, untied 131072-row head, silu, no sub-norms
-    "falcon3-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=18, num_attention_heads=8,
-                       num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=8192,
-                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
-    "falcon3-3b": dict(hidden_size=3072, intermediate_size=9216, num_hidden_layers=22, num_attention_heads=12,
-                       num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=4096,
-                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
-    "falcon3-7b": dict(hidden_size=3072, intermediate_size=23040, num_hidden_layers=28, num_attention_heads=12,
-                       num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=8192,
-                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
-    "falcon3-10b": dict(hidden_size=3072, intermediate_size=23040, num_hidden_layers=40, num_attention_heads=12,
-                        num_key_value_heads=4, head_dim=256, vocab_size=131072, max_position_embeddings=32768,
-                        bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
+    "falcon3-1b": _catalog_shape("tiiuae/Falcon3-1B-Instruct-1.58bit", **FALCON3),
+    "falcon3-3b": _catalog_shape("tiiuae/Falcon3-3B-Instruct-1.58bit", **FALCON3),
+    "falcon3-7b": _catalog_shape("tiiuae/Falcon3-7B-Instruct-1.58bit", **FALCON3),
+    "falcon3-10b": _catalog_shape("tiiuae/Falcon3-10B-Instruct-1.58bit", **FALCON3),
     # HF1BitLLM/Llama3-8B-1.58-100B-tokens (Meta-Llama-3-8B's shape)
-    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                      num_key_value_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=8192,
-                      bos=128000, eos=128001, eot=128009, family="llama", rope_theta=500000.0),
+    "llama3-8b": _catalog_shape("HF1BitLLM/Llama3-8B-1.58-100B-tokens", bos=128000, eos=128001, eot=128009,
+                                rope_theta=500000.0),
     # 1bitLLM/bitnet_b1_58-3B (26 layers: UNVERIFIED in the fact sheet): MHA, head_dim 100, tied, sub-norms
-    "bitnet-3b": dict(hidden_size=3200, intermediate_size=8640, num_hidden_layers=26, num_attention_heads=32,
-                      num_key_value_heads=32, head_dim=100, vocab_size=32002, max_position_embeddings=2048,
-                      bos=1, eos=2, eot=2, family="1bitllm", rope_theta=10000.0),
+    "bitnet-3b": _catalog_shape("1bitLLM/bitnet_b1_58-3B", bos=1, eos=2, eot=2, rope_theta=10000.0),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, vocab_size=272, max_position_embeddings=256,
                  bos=256, eos=257, eot=258),
