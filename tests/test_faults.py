@@ -197,36 +197,65 @@ def test_stale_partial_files_are_removed_but_not_a_live_writers(tmp_path):
         live.wait()
 
 
+def _convert_paused_at(src, out, stage, marker):
+    """Child process: convert, but stop forever at os.<stage> (fsync: every byte written to the temporary
+    file, nothing renamed; replace: about to rename) after touching `marker`, so the kill lands there."""
+    code = ("import os, sys, time\n"
+            "def pause(*args, **kwargs):\n"
+            "    open(sys.argv[2], 'w').close()\n"
+            "    time.sleep(600)\n"
+            f"os.{stage} = pause\n"
+            "from bitnet_app.__main__ import main\n"
+            "sys.exit(main(['convert', sys.argv[1], '--out', sys.argv[3]]))\n")
+    return subprocess.Popen([sys.executable, "-c", code, src, marker, out], cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _convert_plain(src, out):
+    return subprocess.Popen([sys.executable, "-m", "bitnet_app", "convert", src, "--out", out], cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_for(predicate, child, seconds=120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and child.poll() is None and not predicate():
+        time.sleep(0.005)
+
+
 def test_a_conversion_killed_at_any_point_leaves_no_orphan_after_the_next_start(tmp_path, monkeypatch):
+    """Kill -9 a conversion at two fixed points inside the write (the child pauses there, so this holds on a
+    machine of any speed) and after timed delays (before, during or after the write), then start again."""
     import checkpoints
     src = str(tmp_path / "big")
     checkpoints.make_hf_checkpoint(src, hidden_size=256, intermediate_size=512, num_hidden_layers=6, seed=1)
     cache = tmp_path / "engines"
     monkeypatch.setenv("BITNET_APP_CACHE", str(cache))
     out = converted_path(src)
-    env = dict(os.environ, PYTHONPATH=REPO)
-    killed_with_partial = 0
-    for delay in (0.0, 0.3, 0.6, 1.0, 1.5, 2.5):
+    folder = cache / "converted"
+    has_partial = lambda: folder.is_dir() and bool(_partials(folder))
+    kills = [("fsync", None), ("replace", None)] + [(None, d) for d in (0.0, 0.3, 0.6, 1.0)]
+    for stage, delay in kills:
         if os.path.exists(out):
             os.unlink(out)
-        child = subprocess.Popen([sys.executable, "-m", "bitnet_app", "convert", src, "--out", out],
-                                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and child.poll() is None:  # wait for the temporary file, then more
-            if os.path.isdir(cache / "converted") and _partials(cache / "converted"):
-                break
-            time.sleep(0.005)
-        time.sleep(delay)
+        if stage:
+            marker = str(tmp_path / f"paused-{stage}")
+            child = _convert_paused_at(src, out, stage, marker)
+            _wait_for(lambda: os.path.exists(marker), child)
+            assert os.path.exists(marker) and child.poll() is None, f"the conversion never reached os.{stage}"
+            assert has_partial()                 # the temporary file exists at the moment of the kill
+        else:
+            child = _convert_plain(src, out)
+            _wait_for(has_partial, child, seconds=60)
+            time.sleep(delay)
         child.send_signal(signal.SIGKILL)
         child.wait()
-        folder = cache / "converted"
-        killed_with_partial += bool(folder.is_dir() and _partials(folder))
+        if stage:
+            assert not os.path.exists(out)       # killed before the rename: nothing under the final name
         if os.path.exists(out):
-            EngineFile(out)                  # never half-written under the final name
-        prepared = source.prepare(src)       # the next start: removes the orphan, converts if needed
+            EngineFile(out)                      # never half-written under the final name
+        prepared = source.prepare(src)           # the next start: removes the orphan, converts if needed
         assert _partials(folder) == [] and prepared.path == out
         EngineFile(out)
-    assert killed_with_partial >= 1          # at least one kill landed while the temporary file existed
 
 
 def _convert_with_file_size_limit(src, out, limit):
