@@ -23,7 +23,7 @@ ISA_FLAGS = {
     "kernels_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
     "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
 }
-GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c"]
+GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c"]
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
 

@@ -3,7 +3,7 @@
 EngineFile (no copies: the weights stay in the mmap) and runs bn_forward with the GIL released."""
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int8_t, int32_t, uint8_t, uint16_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
 from libc.stddef cimport size_t
 from libc.stdlib cimport malloc, free
 
@@ -205,6 +205,7 @@ cdef extern from "kernels.h":
         float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
         void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
     const bn_kernels *bn_select_kernels(const char *force)
+    void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs) nogil
 
 
 cdef const bn_kernels *_kernels(str isa) except NULL:
@@ -294,6 +295,23 @@ def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray
     if g.shape[0]:
         k.silu_mul(<const float *>g.data, <const float *>u.data, &ov[0], g.shape[0])
     return out
+
+
+def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x):
+    """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64, with the
+    kernel path `isa` (greedy.c; decode/sampling.py greedy_rows is the numpy reference). x is left alone."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int R = x.shape[0], V = x.shape[1]
+    if V < 1:
+        raise ValueError("logit rows need at least one entry")
+    ids = np.empty(R, dtype=np.int64)
+    probs = np.empty(R, dtype=np.float64)
+    cdef int64_t[::1] iv = ids
+    cdef double[::1] pv = probs
+    if R:
+        with nogil:
+            bn_greedy_rows(k, <const float *>x.data, R, V, &iv[0], &pv[0])
+    return ids, probs
 
 
 def read_roof_gb_s(int threads, int megabytes=256, int passes=3):

@@ -52,6 +52,11 @@ typedef struct {
                   float scale, float *scores, float *out);
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
+    /* One logit row (n floats, n >= 1): *arg = index of the largest (the first on ties); returns
+     * sum_i exp(x_i - max) with float32 exponentials summed in double (-inf entries add 0, or the SIMD
+     * exponential's floor of ~1e-38).
+     * NULL: greedy.c's plain loop. */
+    double (*max_expsum)(const float *x, int n, int *arg);
 } bn_kernels;
 
 extern const bn_kernels bn_kernels_portable;
@@ -63,5 +68,9 @@ extern const bn_kernels bn_kernels_avx512;
 /* The best table for this CPU, or the one named by `force` ("avx512", "avx2", "portable").
  * Returns NULL if the forced path is not supported by the CPU. */
 const bn_kernels *bn_select_kernels(const char *force);
+
+/* greedy.c: per row of x (R, V), the argmax id and its softmax probability (the diffusion step's confidence),
+ * through k->max_expsum when the table has it. */
+void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs);
 
 #endif

@@ -473,6 +473,43 @@ static void silu_mul(const float *g, const float *u, float *out, int n) {
     }
 }
 
+/* The greedy confidence of one logit row (kernels.h): max and its first index, then the exponentials in
+ * float32 (exp_nonpos, as the attention's softmax) summed in double, 8 at a time. */
+static double max_expsum(const float *x, int n, int *arg) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+    float buf[8];
+    _mm256_storeu_ps(buf, mv);
+    float mx = buf[0];
+    for (int j = 1; j < 8; j++) mx = buf[j] > mx ? buf[j] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    const __m256 vmx = _mm256_set1_ps(mx);
+    int a = -1;
+    for (i = 0; i + 8 <= n && a < 0; i += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vmx, _CMP_EQ_OQ));
+        if (hit) a = i + __builtin_ctz((unsigned)hit);
+    }
+    for (; a < 0 && i < n; i++)
+        if (x[i] == mx) a = i;
+    *arg = a < 0 ? 0 : a;
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
+    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    if (i < n) { /* the tail through one padded vector, so every entry goes through the same exp */
+        for (int j = 0; j < 8; j++) buf[j] = i + j < n ? x[i + j] - mx : 0.0f;
+        _mm256_storeu_ps(buf, exp_nonpos(_mm256_loadu_ps(buf)));
+        for (int j = 0; i + j < n; j++) sum += (double)buf[j];
+    }
+    return sum;
+}
+
 /* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
 static int attend(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
                   float scale, float *sc, float *out) {
@@ -486,5 +523,5 @@ const bn_kernels bn_kernels_avx2 = {
     .name = "avx2", .ternary_matmul = ternary_matmul, .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
-    .norm_quant = norm_quant, .attend = attend, .silu_mul = silu_mul,
+    .norm_quant = norm_quant, .attend = attend, .silu_mul = silu_mul, .max_expsum = max_expsum,
 };

@@ -154,3 +154,29 @@ def test_silu_mul_matches_numpy(isa, n):
     with np.errstate(over="ignore"):
         want = gd / (1 + np.exp(-gd)) * u
     assert np.all(np.abs(got - want) <= 4e-7 * np.abs(want) + 1e-30), np.abs(got - want).max()
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("rows, vocab", [(1, 1), (1, 7), (8, 4096), (3, 13), (2, 128256), (33, 100)])
+def test_greedy_rows_match_the_numpy_reference(isa, rows, vocab):
+    """The engine's greedy choice + confidence (greedy.c, the diffusion step's sampler) against
+    decode/sampling.py greedy_rows: the same ids (the first on ties, banned -inf ids never chosen) and the
+    same probabilities to float32 exponential accuracy, on peaked, flat and tied rows."""
+    from bitnet_app.decode.sampling import greedy_rows
+
+    rng = np.random.default_rng(rows * 1000 + vocab)
+    x = (rng.standard_normal((rows, vocab)) * 3).astype(np.float32)
+    x[0, rng.integers(vocab)] += 30.0  # a confident row (probability ~1)
+    if rows > 1:
+        x[1] = 0.5  # a flat row: every id ties, the first wins, probability 1 / vocab
+    if rows > 2:
+        x[2, [vocab - 1, vocab // 2]] = x[2].max() + 1  # a tie between two ids: the lower one
+        x[2, 0] = -np.inf  # a banned id
+    got_ids, got_p = _engine.greedy_rows(isa, x)
+    x_before = x.copy()
+    want_ids, want_p = greedy_rows(x.copy())
+    np.testing.assert_array_equal(x, x_before)  # the C version leaves its input alone
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_p, want_p, rtol=1e-6)
+    if rows > 1:
+        assert got_ids[1] == 0 and abs(got_p[1] - 1 / vocab) < 1e-6 / vocab

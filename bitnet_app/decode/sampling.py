@@ -89,7 +89,9 @@ class Sampler:
     """
 
     def __init__(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                 repetition_penalty: float = 1.0, seed: int | None = None, banned_ids=()):
+                 repetition_penalty: float = 1.0, seed: int | None = None, banned_ids=(), greedy_kernel=None):
+        """greedy_kernel: an implementation of greedy_rows (same contract, e.g. the engine's C one,
+        Engine.greedy_rows) for the greedy choice over several rows; None = this module's numpy one."""
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, not {temperature}")
         if not 0 < top_p <= 1:
@@ -104,6 +106,7 @@ class Sampler:
         self.repetition_penalty = float(repetition_penalty)
         self.banned_ids = [int(i) for i in banned_ids]
         self.rng = np.random.default_rng(seed)
+        self.greedy_rows = greedy_kernel or greedy_rows
 
     @property
     def greedy(self) -> bool:
@@ -128,7 +131,7 @@ class Sampler:
             x = repetition_penalty(x, context_ids, self.repetition_penalty)
         rows = x.reshape(-1, x.shape[-1])
         if self.greedy:
-            tokens, probs = greedy_rows(rows)
+            tokens, probs = self.greedy_rows(rows)
         else:
             tokens = np.empty(len(rows), dtype=np.int64)
             probs = np.empty(len(rows), dtype=np.float64)
@@ -162,7 +165,8 @@ class Sampler:
 
 def greedy_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(R, V) float32 logits, OVERWRITTEN -> argmax ids (R,) int64 and their softmax probabilities (R,)
-    float64: 1 / sum(exp(x - max)), the exponentials in float32 (relative error ~1e-8), summed in float64."""
+    float64: 1 / sum(exp(x - max)), the exponentials in float32 (relative error ~1e-8), summed in float64.
+    The reference of the engine's C version (_kernels/greedy.c, Engine.greedy_rows: ~4x faster on 8 rows)."""
     tokens = np.argmax(rows, axis=-1)
     rows -= rows[np.arange(len(rows)), tokens][:, None]
     np.exp(rows, out=rows)

@@ -52,6 +52,7 @@ class Engine:
         isa = isa or os.environ.get(ISA_ENV) or None
         self._c = _engine.CEngine(ef, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
+        self._greedy = _engine.greedy_rows
         self.threads = self._c.threads
         self.n_past = 0
         self._lock = threading.Lock()
@@ -62,6 +63,11 @@ class Engine:
     def truncate(self, n: int) -> None:
         """Forget committed positions from n on (regenerate, diffusion)."""
         self.n_past = max(0, min(self.n_past, int(n)))
+
+    def greedy_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64 with
+        this engine's kernel path (decode/sampling.py greedy_rows is the numpy reference; rows are left alone)."""
+        return self._greedy(self.isa, np.ascontiguousarray(rows, dtype=np.float32))
 
     def forward(self, tokens, *, start: int | None = None, commit: bool = True, attention: str = "causal",
                 block_size: int = 0, kv_end: int | None = None, rows=None) -> np.ndarray:
