@@ -147,8 +147,9 @@ class _Run:
         self.steps += 1
         tokens, probs = self.sampler(logits, self.reply.context)
         fill = _choose(masked, probs, self.threshold, self.causal)
+        chosen = dict(zip(masked, tokens.tolist()))
         for j in fill:
-            block[j] = int(tokens[masked.index(j)])
+            block[j] = chosen[j]
         self.step_s += time.perf_counter() - t0
         self.step_engine_s += self.engine_s - engine_before
         return fill
@@ -247,8 +248,9 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
 def _choose(masked: list[int], probs: np.ndarray, threshold: float, causal: bool) -> list[int]:
     """Slots to fill this step: every one above the threshold, plus the floor (leftmost for causal
     attention, the most confident otherwise), so each step fills at least one slot."""
-    fill = {masked[i] for i in np.flatnonzero(probs > threshold)}
-    fill.add(masked[0] if causal else masked[int(np.argmax(probs))])
+    p = probs.tolist()  # at most a sub-block of floats: plain Python is faster than numpy calls here
+    fill = {j for j, pj in zip(masked, p) if pj > threshold}
+    fill.add(masked[0] if causal else masked[p.index(max(p))])  # index(max): the first on ties, as argmax
     return sorted(fill)
 
 
