@@ -18,7 +18,7 @@
  * [-128, 127]; the int32 dot products are multiplied back by 1/scale and the per-row weight multiplier.
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
  *
- * Threads: a forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (tokens,
+ * Threads: a forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (runs of tokens,
  * row tiles of a matrix, (token, kv head) pairs) that threads take from the stage's atomic counter; a thread that
  * finds no item left waits until the stage's items are all done, then goes on to the next stage. Stages with
  * enough work are shared: each run of consecutive shared stages is ONE job of the pool (pool.h), so a batch of
@@ -79,9 +79,10 @@ typedef struct {
     stage_kind kind;
     const bn_ternary *w;         /* KIND_TERNARY: the matrix */
     float *y;                    /* matrix stages: output (T, ldy) */
-    int T;                       /* matrix stages: input rows (the batch, or the logit rows for the head) */
+    int T;                       /* input rows: the batch, or the logit rows for the head stages */
     int ldy, kp;                 /* output row stride; padded K of the quantized input rows */
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
+    int tokens_per_item;         /* KIND_TOKENS: consecutive tokens (or logit rows) per item */
 } stage;
 
 /* The arguments of the running forward (read by every thread of the job). */
@@ -345,11 +346,18 @@ static void matmul_item(bn_engine *e, const stage *st, int i) {
  * hand-over costs, and a worker that joined and was then descheduled by a busy OS stalls the caller for up to a
  * time slice (so the fewer stages a small forward shares, the steadier it runs). */
 #define SHARE_MIN_TOKENS 4         /* per-token stages: batch rows */
+/* A shared per-token stage hands out runs of tokens, about TOKEN_ITEMS_PER_THREAD runs per thread: one token's
+ * norm or RoPE on a small model is ~0.1 µs, less than taking an item from the shared counter costs when two
+ * cores take turns at its cache line. */
+#define TOKEN_ITEMS_PER_THREAD 4
 #define SHARE_MIN_MACS (256 * 1024) /* matrix stages: multiply-adds */
 #define SHARE_MIN_ATTN (64 * 1024)  /* attention: query rows x visible keys x head size */
 
-static void set_token_stage(stage *st, int n_items) {
-    *st = (stage){.n_items = n_items, .shared = n_items >= SHARE_MIN_TOKENS, .kind = KIND_TOKENS};
+static void set_token_stage(const bn_engine *e, stage *st, int n_tokens) {
+    int per = n_tokens / (bn_pool_size(e->pool) * TOKEN_ITEMS_PER_THREAD);
+    if (per < 1) per = 1;
+    *st = (stage){.n_items = (n_tokens + per - 1) / per, .shared = n_tokens >= SHARE_MIN_TOKENS,
+                  .kind = KIND_TOKENS, .T = n_tokens, .tokens_per_item = per};
 }
 
 static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
@@ -369,21 +377,21 @@ static void plan_forward(bn_engine *e) {
     for (int l = 0; l < m->n_layers; l++) {
         const bn_layer *ly = &e->layers[l];
         stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
-        set_token_stage(&s[STAGE_ATTN_NORM], T);
+        set_token_stage(e, &s[STAGE_ATTN_NORM], T);
         set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
-        set_token_stage(&s[STAGE_ROPE_KV], T);
+        set_token_stage(e, &s[STAGE_ROPE_KV], T);
         s[STAGE_ATTENTION] = (stage){.n_items = T * m->n_kv_heads, .kind = KIND_ATTENTION,
                                      .shared = (double)T * e->fa.kv_end * m->dim >= SHARE_MIN_ATTN};
-        set_token_stage(&s[STAGE_ATTN_SUB], T);
+        set_token_stage(e, &s[STAGE_ATTN_SUB], T);
         set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
-        set_token_stage(&s[STAGE_FFN_NORM], T);
+        set_token_stage(e, &s[STAGE_FFN_NORM], T);
         set_matmul_stage(e, &s[STAGE_GATE_UP], KIND_TERNARY, &ly->gate_up, e->gu_np / 16, T, e->gu, e->gu_np, e->dp);
-        set_token_stage(&s[STAGE_FFN_SUB], T);
+        set_token_stage(e, &s[STAGE_FFN_SUB], T);
         set_matmul_stage(e, &s[STAGE_DOWN], KIND_TERNARY, &ly->down, e->dp / 16, T, e->proj, e->dp, e->ip);
     }
     stage *h = e->stages + (size_t)m->n_layers * STAGES_PER_LAYER;
     const int R = e->fa.n_rows;
-    set_token_stage(&h[STAGE_HEAD_NORM], R);
+    set_token_stage(e, &h[STAGE_HEAD_NORM], R);
     if (e->exact_head) set_matmul_stage(e, &h[STAGE_HEAD], KIND_EXACT_HEAD, NULL, m->vocab, R, e->logit_buf, e->vp, 0);
     else set_matmul_stage(e, &h[STAGE_HEAD], KIND_INT8_HEAD, NULL, e->vp / 16, R, e->logit_buf, e->vp, e->dp);
     e->n_stages = m->n_layers * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
@@ -412,10 +420,15 @@ static void run_item(bn_engine *e, int s, int i, int thread) {
     const stage *st = &e->stages[s];
     const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
     switch (st->kind) {
-        case KIND_TOKENS:
-            if (s < layer_stages) token_stage(e, s / STAGES_PER_LAYER, (layer_stage)(s % STAGES_PER_LAYER), i);
-            else head_norm_item(e, i);
+        case KIND_TOKENS: {
+            const int t0 = i * st->tokens_per_item;
+            const int t1 = t0 + st->tokens_per_item < st->T ? t0 + st->tokens_per_item : st->T;
+            for (int t = t0; t < t1; t++) {
+                if (s < layer_stages) token_stage(e, s / STAGES_PER_LAYER, (layer_stage)(s % STAGES_PER_LAYER), t);
+                else head_norm_item(e, t);
+            }
             break;
+        }
         case KIND_ATTENTION:
             attention_item(e, s / STAGES_PER_LAYER, i, thread);
             break;

@@ -129,7 +129,8 @@ def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> 
     from bitnet_app.decode.sampling import Sampler
 
     B, S, attention, mask = knobs["block_size"], knobs["sub_block_size"], knobs["attention"], knobs["mask_id"]
-    eng, sampler = model.engine, Sampler(banned_ids=[mask])
+    eng = model.engine
+    sampler = Sampler(banned_ids=[mask], greedy_kernel=eng.greedy_rows)  # as Model.generate builds it
     ids = [int(i) for i in np.random.default_rng(0).integers(0, min(model.vocab_size, 1000), position + B)]
     eng.reset()
     eng.forward(ids[:position])
@@ -204,6 +205,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lm-head", default="int8", choices=("int8", "exact"))
     ap.add_argument("--attention", choices=("block", "causal"), help="default: the checkpoint's")
+    ap.add_argument("--sub-block", type=int, help="sub-block size; default: the app's for this checkpoint")
     ap.add_argument("--steps-only", action="store_true", help="only the single-step costs (no replies)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
@@ -216,6 +218,8 @@ def main(argv=None):
     knobs = {**model.diffusion_defaults, **({"attention": args.attention} if args.attention else {})}
     dual_default = KNOBS["dual_cache"].default
     common = {"temperature": 0.0}
+    if args.sub_block:
+        knobs["sub_block_size"] = common["sub_block_size"] = args.sub_block
     if args.max_new_tokens:
         common["max_new_tokens"] = args.max_new_tokens
     max_new = common.get("max_new_tokens", KNOBS["max_new_tokens"].default)
