@@ -96,11 +96,12 @@ class Model:
     @property
     def diffusion_defaults(self) -> dict:
         """The block-diffusion knobs this checkpoint starts from (block size, attention and mask from
-        its metadata, the rest from DecodeParams)."""
+        its metadata; sub-block size and threshold from its dlm_config.json when it suggests them, else
+        from DecodeParams)."""
         d = self.meta.get("diffusion") or {}
         return {"block_size": int(d.get("block_size") or DEFAULT_BLOCK_SIZE),
-                "sub_block_size": KNOBS["sub_block_size"].default,
-                "threshold": KNOBS["threshold"].default,
+                "sub_block_size": int(d.get("sub_block_size") or KNOBS["sub_block_size"].default),
+                "threshold": float(d.get("threshold") or KNOBS["threshold"].default),
                 "attention": d.get("attention") or DEFAULT_ATTENTION,
                 "mask_id": self.mask_id if self.mask_id is not None else self.spare_mask_id()}
 

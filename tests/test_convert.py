@@ -185,6 +185,26 @@ def test_mask_token_and_dlm_config(make_ckpt, engine_path, tmp_path):
     assert meta2["diffusion"] == {"block_size": 16, "attention": "block", "trained": True}
 
 
+def test_dlm_config_suggests_the_decoding_knobs(make_ckpt, tmp_path):
+    """sub_block_size and threshold of dlm_config.json become the model's diffusion defaults (what the app and
+    Model.generate start from); without them the DecodeParams defaults hold."""
+    from bitnet_app.engine.runtime import Engine
+    from bitnet_app.model import Model
+    from bitnet_app.params import KNOBS
+
+    folder, _ = make_ckpt("dlm", extra_vocab=1, dlm_config={"mask_token_id": 7, "bd_size": 16,
+                                                             "sub_block_size": 16, "threshold": 0.75})
+    ef = convert(folder, str(tmp_path / "dlm.bitnet"))
+    assert ef.meta["diffusion"] == {"block_size": 16, "attention": "block", "trained": True,
+                                    "sub_block_size": 16, "threshold": 0.75}
+    d = Model(ef, Engine(ef, threads=1)).diffusion_defaults
+    assert (d["block_size"], d["sub_block_size"], d["threshold"]) == (16, 16, 0.75)
+    folder2, _ = make_ckpt("dlm2", extra_vocab=1, dlm_config={"mask_token_id": 7})
+    ef2 = convert(folder2, str(tmp_path / "dlm2.bitnet"))
+    d2 = Model(ef2, Engine(ef2, threads=1)).diffusion_defaults
+    assert (d2["sub_block_size"], d2["threshold"]) == (KNOBS["sub_block_size"].default, KNOBS["threshold"].default)
+
+
 def test_block_size_from_config_bd_size(make_ckpt, engine_path):
     folder, _ = make_ckpt(mask_token=True)
     _edit_json(folder, "config.json", bd_size=8)
@@ -274,6 +294,11 @@ BAD = {
                              r"rope_scaling\.rope_type = 'yarn'"),
     "mask out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"mask_token_id": 100000}'),
                           r"mask token id 100000 is outside"),
+    "sub-block does not divide the block": (
+        lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"bd_size": 32, "sub_block_size": 12}'),
+        r"sub_block_size 12 in dlm_config\.json must be a whole number that divides the block size 32"),
+    "threshold out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"threshold": 1.5}'),
+                               r"threshold 1\.5 in dlm_config\.json must be a number in \(0, 1\]"),
     "vocab mismatch": (lambda d: _edit_json(d, "config.json", vocab_size=500), r"embed_tokens\.weight' has shape"),
     "heads do not fit": (lambda d: _edit_json(d, "config.json", head_dim=8), r"not hidden_size"),
 }

@@ -338,8 +338,27 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
         "bos_id": None if bos is None else int(bos),
         "mask_id": None if mask_id is None else int(mask_id),
         "diffusion": {"block_size": int(block), "attention": _dlm_attention(dlm),
-                      "trained": dlm is not None or mask_id is not None},
+                      "trained": dlm is not None or mask_id is not None, **_dlm_decoding(dlm, int(block))},
     }
+
+
+def _dlm_decoding(dlm, block: int) -> dict:
+    """The decoding knobs a DLM checkpoint suggests (dlm_config.json sub_block_size, threshold), checked, for the
+    app to start from; the keys it names, none when there is no dlm_config.json."""
+    out = {}
+    sub = (dlm or {}).get("sub_block_size")
+    if sub is not None:
+        if not isinstance(sub, int) or isinstance(sub, bool) or not 0 < sub <= block or block % sub:
+            raise ConvertError(f"sub_block_size {sub!r} in dlm_config.json must be a whole number that divides the "
+                               f"block size {block} (e.g. 8 for 32). Fix dlm_config.json or remove the key.")
+        out["sub_block_size"] = sub
+    thr = (dlm or {}).get("threshold")
+    if thr is not None:
+        if not isinstance(thr, (int, float)) or isinstance(thr, bool) or not 0 < thr <= 1:
+            raise ConvertError(f"threshold {thr!r} in dlm_config.json must be a number in (0, 1] (e.g. 0.9). "
+                               f"Fix dlm_config.json or remove the key.")
+        out["threshold"] = float(thr)
+    return out
 
 
 def _token_id(tok: dict, content: str):
