@@ -1,0 +1,204 @@
+"""benchmarks/vs_bitnet_cpp.py's own logic, with no bitnet.cpp build: reading llama-bench's JSON, the clear
+error (exit 2, what to run) when the anchor is missing, and the training pause on a real process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmarks import vs_bitnet_cpp as vs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# `llama-bench -m <I2_S gguf> -t 2 -r 2 -p 0 -n 64 -o json` of bitnet.cpp (ygqdan/BitNet-linux snapshot) on the
+# random 2B-4T GGUF, as it printed it (copied from one run; cpu_info and paths shortened).
+LLAMA_BENCH_TG64 = """[
+  {
+    "build_commit": "unknown",
+    "build_number": 0,
+    "cuda": false,
+    "vulkan": false,
+    "kompute": false,
+    "metal": false,
+    "sycl": false,
+    "rpc": "0",
+    "gpu_blas": false,
+    "blas": false,
+    "cpu_info": "AMD EPYC",
+    "gpu_info": "",
+    "model_filename": "models/bitnet2b4t-dummy-i2_s.gguf",
+    "model_type": "bitnet-b1.58 2B I2_S - 2 bpw ternary",
+    "model_size": 1840107520,
+    "model_n_params": 2741263360,
+    "n_batch": 2048,
+    "n_ubatch": 512,
+    "n_threads": 2,
+    "cpu_mask": "0x0",
+    "cpu_strict": false,
+    "poll": 50,
+    "type_k": "f16",
+    "type_v": "f16",
+    "n_gpu_layers": 99,
+    "split_mode": "layer",
+    "main_gpu": 0,
+    "no_kv_offload": false,
+    "flash_attn": false,
+    "tensor_split": "0.00",
+    "use_mmap": true,
+    "embeddings": false,
+    "n_prompt": 0,
+    "n_gen": 64,
+    "test_time": "2026-11-23T21:40:00Z",
+    "avg_ns": 4571428571,
+    "stddev_ns": 202030508,
+    "avg_ts": 14.010000,
+    "stddev_ts": 0.618718,
+    "samples_ns": [ 4428571428, 4714285714 ],
+    "samples_ts": [ 14.4516, 13.5758 ]
+  }
+]
+"""
+
+
+def test_llama_bench_json_is_read_per_test():
+    (tg,) = vs.parse_llama_bench_json(LLAMA_BENCH_TG64)
+    assert tg["test"] == "tg64"
+    assert tg["samples_ts"] == [14.4516, 13.5758]
+    assert tg["threads"] == 2 and tg["type_k"] == "f16" and "I2_S" in tg["model_type"]
+    pp = json.loads(LLAMA_BENCH_TG64)
+    pp[0].update(n_prompt=128, n_gen=0, samples_ts=[60.5, 58.25])
+    (p,) = vs.parse_llama_bench_json(json.dumps(pp))
+    assert p["test"] == "pp128" and p["samples_ts"] == [60.5, 58.25]
+
+
+@pytest.mark.parametrize("text", ["", "llama-bench: error: failed to load model", "[]", "{}"])
+def test_llama_bench_output_that_is_not_a_result_is_an_error(text):
+    with pytest.raises(ValueError, match="llama-bench"):
+        vs.parse_llama_bench_json(text)
+
+
+def test_a_llama_bench_test_without_samples_is_an_error():
+    bad = json.loads(LLAMA_BENCH_TG64)
+    bad[0]["samples_ts"] = []
+    with pytest.raises(ValueError, match="samples_ts"):
+        vs.parse_llama_bench_json(json.dumps(bad))
+
+
+def test_tests_are_named_as_llama_bench_names_them():
+    assert vs.parse_test("tg64") == (0, 64) and vs.parse_test("pp8") == (8, 0)
+    cmd = vs.llama_bench_command("/a/llama-bench", "/a/m.gguf", "pp32", 2, 3)
+    assert cmd[cmd.index("-p") + 1] == "32" and cmd[cmd.index("-n") + 1] == "0"
+    assert cmd[cmd.index("-t") + 1] == "2" and cmd[cmd.index("-r") + 1] == "3" and cmd[-2:] == ["-o", "json"]
+    for bad in ("tg", "pp0", "x64", "tg-1"):
+        with pytest.raises(ValueError, match="tgN"):
+            vs.parse_test(bad)
+
+
+def test_a_missing_anchor_says_what_to_build_and_exits_2(tmp_path):
+    anchor = tmp_path / "no-anchor"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.vs_bitnet_cpp", "--anchor", str(anchor)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""  # no table, no figure
+    assert str(anchor / "build-new-i2s/bin/llama-bench") in proc.stderr
+    assert str(anchor / "models/bitnet2b4t-dummy-i2_s.gguf") in proc.stderr
+    assert "build.sh deps src-new build-new-i2s models-i2s" in proc.stderr
+
+
+def test_an_incomplete_anchor_names_only_what_is_missing(tmp_path):
+    bench = tmp_path / "build-new-i2s/bin/llama-bench"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("#!/bin/sh\n")
+    bench.chmod(0o755)
+    with pytest.raises(vs.AnchorMissing) as e:
+        vs.check_anchor(str(tmp_path))
+    assert "bitnet2b4t-dummy-i2_s.gguf" in str(e.value) and "llama-bench\n" not in str(e.value)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/bitnet2b4t-dummy-i2_s.gguf").write_bytes(b"GGUF")
+    found = vs.check_anchor(str(tmp_path))  # the Q6_K-head variant is optional
+    assert set(found) == {"llama-bench", "bitnet.cpp I2_S, F16 head"}
+    (tmp_path / "models/bitnet2b4t-dummy-i2_s-embq6k.gguf").write_bytes(b"GGUF")
+    assert "bitnet.cpp I2_S, Q6_K head" in vs.check_anchor(str(tmp_path))
+
+
+def test_a_llama_bench_that_cannot_run_is_missing(tmp_path):
+    bench = tmp_path / "build-new-i2s/bin/llama-bench"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("not a program")  # not executable
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/bitnet2b4t-dummy-i2_s.gguf").write_bytes(b"GGUF")
+    with pytest.raises(vs.AnchorMissing, match="llama-bench"):
+        vs.check_anchor(str(tmp_path))
+
+
+def test_summary_and_ratios_come_from_every_sample():
+    recs = [{"test": "tg64", "config": "ours, int8 head", "samples_ts": [20.0, 22.0], "other_cores": 0.0,
+             "load1_before": 1.0},
+            {"test": "tg64", "config": "ours, int8 head", "samples_ts": [18.0], "other_cores": 0.3,
+             "load1_before": 0.5},
+            {"test": "tg64", "config": "bitnet.cpp I2_S, F16 head", "samples_ts": [10.0, 12.0, 8.0],
+             "other_cores": 0.05, "load1_before": 2.0}]
+    s = vs.summarize(recs, ["tg64", "pp8"])
+    assert set(s) == {"tg64"}
+    ours = s["tg64"]["ours, int8 head"]
+    assert (ours["median"], ours["min"], ours["max"], ours["n"], ours["other_max"]) == (20.0, 18.0, 22.0, 3, 0.3)
+    r = vs.ratios(s)["tg64"]
+    assert r == {"ours int8 / theirs F16": 2.0}  # no Q6_K run, no bf16 run: no ratio made up for them
+
+
+def test_other_load_is_the_machine_minus_the_child():
+    assert vs.other_cores(busy_s=4.0, child_cpu_s=3.0, wall_s=2.0) == 0.5
+    assert vs.other_cores(busy_s=3.9, child_cpu_s=4.0, wall_s=2.0) == 0.0  # tick rounding, never negative
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_training_pause_stops_and_always_resumes(tmp_path, monkeypatch):
+    job = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy stand-in for the training job
+    try:
+        pid_file = tmp_path / "train.pid"
+        monkeypatch.setattr(vs, "TRAIN_PID_FILE", str(pid_file))
+        assert vs.training_pid() is None  # no file
+        pid_file.write_text(f"{job.pid}\n")
+        assert vs.training_pid() == job.pid
+        with pytest.raises(RuntimeError, match="inside"):
+            with vs.TrainingPause(vs.training_pid()) as pause:
+                time.sleep(0.2)
+                assert _state(job.pid) == "T"
+                watchdog = pause.watchdog
+                assert watchdog.poll() is None  # the watchdog waits to resume it if we die
+                raise RuntimeError("a failure inside the pause")
+        time.sleep(0.2)
+        assert _state(job.pid) == "R"  # resumed on the way out of the failure
+        assert watchdog.poll() is not None  # and the watchdog is gone
+        os.kill(job.pid, signal.SIGSTOP)  # someone else's pause: left alone
+        time.sleep(0.2)
+        assert vs.training_pid() is None
+        os.kill(job.pid, signal.SIGCONT)
+    finally:
+        job.kill()
+        job.wait()
+    time.sleep(0.1)
+    assert vs.training_pid() is None  # a finished process is not paused
+
+
+def test_the_watchdog_resumes_a_pause_its_owner_left(tmp_path, monkeypatch):
+    """If the script dies inside a pause (SIGKILL: no handler runs), the watchdog resumes the job."""
+    monkeypatch.setattr(vs, "WATCHDOG_S", 1)
+    job = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        pause = vs.TrainingPause(job.pid).__enter__()  # entered, never exited: as if killed
+        time.sleep(0.2)
+        assert _state(job.pid) == "T"
+        pause.watchdog.wait(timeout=10)
+        time.sleep(0.2)
+        assert _state(job.pid) == "R"
+    finally:
+        job.kill()
+        job.wait()
