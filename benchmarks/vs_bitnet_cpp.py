@@ -32,8 +32,10 @@ The read roof (GB/s that the threads reach reading a buffer: decode's ceiling) i
 end of the sitting, paused like the rest, with benchmarks/ceilings/readbw.c (AVX2 loads + prefetch: the figure the
 other sections of BENCHMARKS.md quote) and with the engine's own roof.c (plain C, what the model picker uses).
 
-An invocation during which other processes (another user's job: only the training is paused) used more than
---max-other cores is run again after a few seconds, up to RETRIES times; the last attempt is kept, its load shown.
+Other processes (another user's jobs: only the training is paused) are waited for: before each invocation, up to
+--quiet-wait seconds until they use at most --max-other cores (measured over 1 s, the training's own CPU time
+excluded, so it need not be paused to wait); an invocation they disturbed anyway is run again, up to RETRIES
+times. The summary drops invocations still disturbed where undisturbed ones of the same figure exist.
 
 Prints a markdown table (and the ratios ours / theirs per test); --json writes every sample.
 Exit status 2, with what to run, when the anchor is missing or incomplete: no figure is ever made up.
@@ -55,7 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TRAIN_PID_FILE = "/tmp/demo-train.pid"
 WATCHDOG_S = 100  # a pause never outlives this, even if this script is killed with SIGKILL
-RETRIES = 2      # runs again of an invocation that other processes disturbed
+RETRIES = 1      # runs again of an invocation that other processes disturbed
 
 LLAMA_BENCH = "build-new-i2s/bin/llama-bench"
 # bitnet.cpp variants: name -> (model file under the anchor, lm_head format, required)
@@ -272,6 +274,31 @@ def cpu_busy_s() -> float:
     return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) a process has used; 0 for None or a process that is gone."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
+def wait_for_quiet(max_other: float, timeout_s: float) -> float:
+    """Wait (at most timeout_s) until everything but the training job uses <= max_other cores over 1 s; the last
+    such figure."""
+    t_end = time.monotonic() + timeout_s
+    while True:
+        pid = training_pid()
+        b0, c0 = cpu_busy_s(), process_cpu_s(pid)
+        time.sleep(1.0)
+        other = other_cores(cpu_busy_s() - b0, process_cpu_s(pid) - c0, 1.0)
+        if other <= max_other or time.monotonic() >= t_end:
+            return other
+
+
 def other_cores(busy_s: float, child_cpu_s: float, wall_s: float) -> float:
     """CPU cores used by everything but the measured child during its run (never negative: clock ticks are coarse)."""
     return max(0.0, (busy_s - child_cpu_s) / wall_s)
@@ -293,14 +320,14 @@ def invoke(cmd: list[str], pause: TrainingPause) -> tuple[str, dict]:
 
 # ---- the sitting -----------------------------------------------------------------------------------------------
 
-def invoke_quietly(cmd: list[str], max_other: float, say) -> tuple[str, dict]:
-    """invoke, run again (up to RETRIES times, 5 s apart) while other processes used more than max_other cores."""
+def invoke_quietly(cmd: list[str], max_other: float, quiet_wait_s: float, say) -> tuple[str, dict]:
+    """invoke once the machine is quiet (wait_for_quiet); again (up to RETRIES times) if others disturbed it."""
     for attempt in range(RETRIES + 1):
+        before = wait_for_quiet(max_other, quiet_wait_s)
         out, load = invoke(cmd, TrainingPause(training_pid()))
         if load["other_cores"] <= max_other or attempt == RETRIES:
-            return out, dict(load, retries=attempt)
-        say(f"  (other processes used {load['other_cores']:.2f} cores: again in 5 s)")
-        time.sleep(5)
+            return out, dict(load, other_before=round(before, 3), retries=attempt)
+        say(f"  (other processes used {load['other_cores']:.2f} cores during it: again)")
 
 
 def interleaved(ours: list[str], theirs: list[str]) -> list[str]:
@@ -312,7 +339,7 @@ def interleaved(ours: list[str], theirs: list[str]) -> list[str]:
 
 
 def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, repeats: int, threads: int,
-                max_other: float, say=print) -> dict:
+                max_other: float, quiet_wait_s: float, say=print) -> dict:
     """Every (configuration, test) `rounds` times, interleaved; returns the raw records and the read roofs."""
     configs = interleaved(list(OURS), [n for n in THEIRS if n in theirs])
     records, roofs = [], []
@@ -320,8 +347,9 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
     readbw = build_readbw(tmp)
 
     def roof(when):
-        out, load = invoke_quietly([readbw, str(threads)], max_other, say)
-        out2, load2 = invoke_quietly(python_child(f"measure_engine_roof({threads})"), max_other, say)
+        out, load = invoke_quietly([readbw, str(threads)], max_other, quiet_wait_s, say)
+        out2, load2 = invoke_quietly(python_child(f"measure_engine_roof({threads})"), max_other, quiet_wait_s,
+                                    say)
         roofs.append(dict(json.loads(out2.strip().splitlines()[-1]), readbw_gb_s=parse_readbw(out), when=when,
                           other_cores=max(load["other_cores"], load2["other_cores"])))
         say(f"read roof ({when}): readbw.c {roofs[-1]['readbw_gb_s']:.1f} GB/s, "
@@ -335,7 +363,7 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
                     cmd = python_child(f"measure_ours({ours_path!r}, {test!r}, {OURS[name][0]!r}, {threads}, {repeats})")
                 else:
                     cmd = llama_bench_command(theirs["llama-bench"], theirs[name], test, threads, repeats)
-                out, load = invoke_quietly(cmd, max_other, say)
+                out, load = invoke_quietly(cmd, max_other, quiet_wait_s, say)
                 if name in OURS:
                     rec = json.loads(out.strip().splitlines()[-1])
                 else:
@@ -352,18 +380,23 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
     return {"records": records, "roofs": roofs}
 
 
-def summarize(records: list[dict], tests: list[str]) -> dict:
-    """{test: {config: {median, min, max, n, other_max, load1_max}}} over every sample of every round."""
+def summarize(records: list[dict], tests: list[str], max_other: float) -> dict:
+    """{test: {config: {median, min, max, n, dropped, other_max, load1_max}}} over the samples of every round.
+    Invocations that other processes disturbed (other_cores > max_other even after their retries) are dropped
+    where the same configuration and test has undisturbed ones (`dropped` counts them), else kept (other_max
+    then shows it)."""
     out = {}
     for test in tests:
         for name in list(OURS) + list(THEIRS):
-            recs = [r for r in records if r["test"] == test and r["config"] == name]
+            every = [r for r in records if r["test"] == test and r["config"] == name]
+            recs = [r for r in every if r["other_cores"] <= max_other] or every
             if not recs:
                 continue
             s = [x for r in recs for x in r["samples_ts"]]
             out.setdefault(test, {})[name] = {
                 "median": statistics.median(s), "min": min(s), "max": max(s), "n": len(s),
-                "other_max": max(r["other_cores"] for r in recs), "load1_max": max(r["load1_before"] for r in recs)}
+                "dropped": len(every) - len(recs), "other_max": max(r["other_cores"] for r in recs),
+                "load1_max": max(r["load1_before"] for r in recs)}
     return out
 
 
@@ -386,13 +419,15 @@ def markdown(result: dict) -> str:
              f"Read roof ({result['threads']} threads), readbw.c / engine roof.c: " + ", ".join(
                  f"{r['readbw_gb_s']:.1f} / {r['engine_roof_gb_s']:.1f} GB/s at the {r['when']}" for r in roofs) + ".",
              f"{result['rounds']} rounds x {result['repeats']} timed runs per configuration and test, interleaved; "
-             "tok/s median [min-max] of all runs; other = most CPU cores used by anything else during one "
-             "invocation; L = largest 1-min load average before one.", "",
-             "| test | engine, lm_head | bytes per decode token | tok/s | load |", "|---|---|---|---|---|"]
+             "tok/s median [min-max] of the runs kept; runs = timed runs kept (invocations dropped because other "
+             f"processes used more than {result['max_other']} cores during them); other = most CPU cores used by "
+             "anything else during a kept invocation; L = largest 1-min load average before one.", "",
+             "| test | engine, lm_head | bytes per decode token | tok/s | runs | load |", "|---|---|---|---|---|---|"]
     for test, by in s.items():
         for name, f in by.items():
             lines.append(f"| {test} | {name}: {heads[name]} | {sizes[name]} | {f['median']:.2f} "
-                         f"[{f['min']:.2f}-{f['max']:.2f}] | other {f['other_max']:.2f}, L {f['load1_max']:.2f} |")
+                         f"[{f['min']:.2f}-{f['max']:.2f}] | {f['n']} ({f['dropped']} dropped) "
+                         f"| other {f['other_max']:.2f}, L {f['load1_max']:.2f} |")
     labels = list(dict.fromkeys(label for by in rt.values() for label in by))
     lines += ["", "| ratio (median / median) | " + " | ".join(rt) + " |", "|---|" + "---|" * len(rt)]
     for label in labels:
@@ -440,7 +475,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per invocation, after one warm-up")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-other", type=float, default=0.15,
-                    help="run an invocation again when other processes used more CPU cores than this during it")
+                    help="wait for, and run again an invocation disturbed by, other processes using more cores")
+    ap.add_argument("--quiet-wait", type=float, default=30,
+                    help="seconds to wait at most, before each invocation, for other processes to go quiet")
     ap.add_argument("--bitnet-git", default=os.environ.get("BITNET_LINUX_GIT"),
                     help="the bare git dir the anchor was built from, to record its commit (default: $BITNET_LINUX_GIT)")
     ap.add_argument("--json", help="write the summary and every sample here")
@@ -467,9 +504,9 @@ def main(argv=None) -> int:
         result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
                   "machine": describe_machine(), "threads": args.threads, "commit": our_commit(),
                   "bitnet_cpp": git_commit(args.bitnet_git), "tests": tests, "rounds": args.rounds,
-                  "repeats": args.repeats, "anchor": os.path.abspath(args.anchor)}
+                  "repeats": args.repeats, "max_other": args.max_other, "anchor": os.path.abspath(args.anchor)}
         result.update(run_sitting(path, theirs, tests, args.rounds, args.repeats, args.threads, args.max_other,
-                                  say=say))
+                                  args.quiet_wait, say=say))
         result["seconds"] = round(time.time() - t0, 1)
         result["agreement"] = json.loads(subprocess.run(
             python_child(f"head_agreement({path!r}, {args.threads})"), capture_output=True, text=True, check=True,
@@ -485,7 +522,7 @@ def main(argv=None) -> int:
                 result["sizes"][name] = f"{os.path.getsize(theirs[name]) / 1e6:.0f} MB (whole file)"
         theirs_recs = [r for r in result["records"] if r["config"] in THEIRS]
         result["bitnet_cpp"] += f"; llama-bench build {theirs_recs[0]['build_commit']}"
-    result["summary"] = summarize(result["records"], tests)
+    result["summary"] = summarize(result["records"], tests, args.max_other)
     result["ratios"] = ratios(result["summary"])
     if args.json:
         with open(args.json, "w") as f:

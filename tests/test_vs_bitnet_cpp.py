@@ -135,17 +135,20 @@ def test_a_llama_bench_that_cannot_run_is_missing(tmp_path):
         vs.check_anchor(str(tmp_path))
 
 
-def test_summary_and_ratios_come_from_every_sample():
-    recs = [{"test": "tg64", "config": "ours, int8 head", "samples_ts": [20.0, 22.0], "other_cores": 0.0,
-             "load1_before": 1.0},
-            {"test": "tg64", "config": "ours, int8 head", "samples_ts": [18.0], "other_cores": 0.3,
-             "load1_before": 0.5},
-            {"test": "tg64", "config": "bitnet.cpp I2_S, F16 head", "samples_ts": [10.0, 12.0, 8.0],
-             "other_cores": 0.05, "load1_before": 2.0}]
-    s = vs.summarize(recs, ["tg64", "pp8"])
+def test_summary_and_ratios_come_from_the_undisturbed_samples():
+    def rec(config, samples, other):
+        return {"test": "tg64", "config": config, "samples_ts": samples, "other_cores": other, "load1_before": 1.0}
+
+    recs = [rec("ours, int8 head", [20.0, 22.0], 0.0), rec("ours, int8 head", [18.0], 0.1),
+            rec("ours, int8 head", [5.0, 6.0], 1.0),  # disturbed: dropped, undisturbed ones exist
+            rec("bitnet.cpp I2_S, F16 head", [10.0, 12.0, 8.0], 0.9)]  # disturbed, but all there is: kept
+    s = vs.summarize(recs, ["tg64", "pp8"], max_other=0.15)
     assert set(s) == {"tg64"}
     ours = s["tg64"]["ours, int8 head"]
-    assert (ours["median"], ours["min"], ours["max"], ours["n"], ours["other_max"]) == (20.0, 18.0, 22.0, 3, 0.3)
+    assert (ours["median"], ours["min"], ours["max"], ours["n"], ours["dropped"], ours["other_max"]) == \
+        (20.0, 18.0, 22.0, 3, 1, 0.1)
+    theirs = s["tg64"]["bitnet.cpp I2_S, F16 head"]
+    assert (theirs["median"], theirs["n"], theirs["dropped"], theirs["other_max"]) == (10.0, 3, 0, 0.9)
     r = vs.ratios(s)["tg64"]
     assert r == {"ours int8 / theirs F16": 2.0}  # no Q6_K run, no bf16 run: no ratio made up for them
 
@@ -153,6 +156,18 @@ def test_summary_and_ratios_come_from_every_sample():
 def test_other_load_is_the_machine_minus_the_child():
     assert vs.other_cores(busy_s=4.0, child_cpu_s=3.0, wall_s=2.0) == 0.5
     assert vs.other_cores(busy_s=3.9, child_cpu_s=4.0, wall_s=2.0) == 0.0  # tick rounding, never negative
+
+
+def test_a_process_cpu_time_is_read_from_proc():
+    job = subprocess.Popen([sys.executable, "-c", "import sys, time\nwhile time.process_time() < 0.3: pass\n"
+                            "print(flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        job.stdout.readline()  # it has used 0.3 s of CPU
+        assert 0.29 <= vs.process_cpu_s(job.pid) < 5
+    finally:
+        job.kill()
+        job.wait()
+    assert vs.process_cpu_s(job.pid) == 0.0 and vs.process_cpu_s(None) == 0.0
 
 
 def _state(pid):
