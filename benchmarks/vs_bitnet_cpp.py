@@ -412,21 +412,28 @@ def ratios(summary: dict) -> dict:
 def markdown(result: dict) -> str:
     s, rt, roofs = result["summary"], result["ratios"], result["roofs"]
     heads = {name: fmt for name, (_h, fmt) in OURS.items()} | {name: fmt for name, (_p, fmt, _r) in THEIRS.items()}
-    sizes = result["sizes"]
+    bpt = result["bytes_per_token"]
+    roof = max(r["readbw_gb_s"] for r in roofs)
     lines = [f"Machine: {result['machine']}; {result['threads']} threads; {result['date']}.",
-             f"Ours: commit {result['commit']} ({result['isa']} path), file {sizes['ours']}. "
+             f"Ours: commit {result['commit']} ({result['isa']} path), file {result['ours_file_bytes'] / 1e6:.0f} MB. "
              f"bitnet.cpp: {result['bitnet_cpp']}.",
              f"Read roof ({result['threads']} threads), readbw.c / engine roof.c: " + ", ".join(
                  f"{r['readbw_gb_s']:.1f} / {r['engine_roof_gb_s']:.1f} GB/s at the {r['when']}" for r in roofs) + ".",
              f"{result['rounds']} rounds x {result['repeats']} timed runs per configuration and test, interleaved; "
              "tok/s median [min-max] of the runs kept; runs = timed runs kept (invocations dropped because other "
              f"processes used more than {result['max_other']} cores during them); other = most CPU cores used by "
-             "anything else during a kept invocation; L = largest 1-min load average before one.", "",
-             "| test | engine, lm_head | bytes per decode token | tok/s | runs | load |", "|---|---|---|---|---|---|"]
+             "anything else during a kept invocation; L = largest 1-min load average before one. Bytes per decode "
+             "token: ours = ternary tiles + head (bitnet_app.bench.bytes_per_token); bitnet.cpp = the whole GGUF "
+             f"(tiles + the tied head, read whole each token); decode GB/s = bytes x tok/s, % of the better readbw.c "
+             f"roof ({roof:.1f} GB/s).", "",
+             "| test | engine, lm_head | bytes per decode token | tok/s | decode GB/s (of roof) | runs | load |",
+             "|---|---|---|---|---|---|---|"]
     for test, by in s.items():
         for name, f in by.items():
-            lines.append(f"| {test} | {name}: {heads[name]} | {sizes[name]} | {f['median']:.2f} "
-                         f"[{f['min']:.2f}-{f['max']:.2f}] | {f['n']} ({f['dropped']} dropped) "
+            gb_s = bpt[name] * f["median"] / 1e9
+            stream = f"{gb_s:.1f} ({100 * gb_s / roof:.0f}%)" if test.startswith("tg") else "-"
+            lines.append(f"| {test} | {name}: {heads[name]} | {bpt[name] / 1e6:.0f} MB | {f['median']:.2f} "
+                         f"[{f['min']:.2f}-{f['max']:.2f}] | {stream} | {f['n']} ({f['dropped']} dropped) "
                          f"| other {f['other_max']:.2f}, L {f['load1_max']:.2f} |")
     labels = list(dict.fromkeys(label for by in rt.values() for label in by))
     lines += ["", "| ratio (median / median) | " + " | ".join(rt) + " |", "|---|" + "---|" * len(rt)]
@@ -438,6 +445,13 @@ def markdown(result: dict) -> str:
               f"{100 * a['max_err']:.3f}% of the largest logit. The two engines hold different random weights, so "
               "their logits are not compared."]
     return "\n".join(lines)
+
+
+def bytes_per_decode_token(records: list[dict], theirs: dict) -> dict:
+    """{configuration: weight bytes one decode step reads}: ours from the measuring child (tiles + head);
+    bitnet.cpp's = its GGUF's size (every tensor is read once per token, the tied token_embd as the head)."""
+    out = {r["config"]: r["bytes_per_token"] for r in records if r["config"] in OURS}
+    return out | {name: os.path.getsize(theirs[name]) for name in THEIRS if name in theirs}
 
 
 def git_commit(git_dir: str | None) -> str:
@@ -481,7 +495,12 @@ def main(argv=None) -> int:
     ap.add_argument("--bitnet-git", default=os.environ.get("BITNET_LINUX_GIT"),
                     help="the bare git dir the anchor was built from, to record its commit (default: $BITNET_LINUX_GIT)")
     ap.add_argument("--json", help="write the summary and every sample here")
+    ap.add_argument("--report", metavar="JSON", help="print the tables of a sitting saved with --json; measure nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            print(markdown(json.load(f)))
+        return 0
     try:
         tests = [t.strip() for t in args.tests.split(",") if t.strip()]
         for t in tests:
@@ -511,15 +530,9 @@ def main(argv=None) -> int:
         result["agreement"] = json.loads(subprocess.run(
             python_child(f"head_agreement({path!r}, {args.threads})"), capture_output=True, text=True, check=True,
             cwd=REPO).stdout.strip().splitlines()[-1])
-        ours_recs = [r for r in result["records"] if r["config"] in OURS]
-        result["isa"] = ours_recs[0]["isa"]
-        result["sizes"] = {"ours": f"{os.path.getsize(path) / 1e6:.0f} MB"}
-        for name in OURS:
-            bpt = next(r["bytes_per_token"] for r in ours_recs if r["config"] == name)
-            result["sizes"][name] = f"{bpt / 1e6:.0f} MB"
-        for name in THEIRS:
-            if name in theirs:
-                result["sizes"][name] = f"{os.path.getsize(theirs[name]) / 1e6:.0f} MB (whole file)"
+        result["isa"] = next(r["isa"] for r in result["records"] if r["config"] in OURS)
+        result["ours_file_bytes"] = os.path.getsize(path)
+        result["bytes_per_token"] = bytes_per_decode_token(result["records"], theirs)
         theirs_recs = [r for r in result["records"] if r["config"] in THEIRS]
         result["bitnet_cpp"] += f"; llama-bench build {theirs_recs[0]['build_commit']}"
     result["summary"] = summarize(result["records"], tests, args.max_other)

@@ -232,3 +232,19 @@ def test_the_read_roof_comes_from_the_ceiling_tool(tmp_path):
 def test_configurations_alternate_ours_and_theirs():
     assert vs.interleaved(["o1", "o2"], ["t1", "t2"]) == ["o1", "t1", "o2", "t2"]
     assert vs.interleaved(["o1", "o2"], ["t1"]) == ["o1", "t1", "o2"]  # no Q6_K build: the rest at the end
+
+
+def test_a_saved_sitting_prints_its_tables_again():
+    """--report on the sitting recorded in BENCHMARKS.md: every figure comes from its records."""
+    saved = os.path.join(REPO, "benchmarks", "results", "2026-11-23-vs-bitnet-cpp-ebbc61b.json")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.vs_bitnet_cpp", "--report", saved, "--anchor", "/nowhere"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with open(saved) as f:
+        result = json.load(f)
+    s = vs.summarize(result["records"], result["tests"], result["max_other"])
+    ours, theirs = s["tg64"]["ours, int8 head"], s["tg64"]["bitnet.cpp I2_S, F16 head"]
+    gb_s = result["bytes_per_token"]["ours, int8 head"] * ours["median"] / 1e9
+    assert f"| tg64 | ours, int8 head: int8 + fp32 row scale (default) | 849 MB | {ours['median']:.2f} " in proc.stdout
+    assert f"| {gb_s:.1f} (" in proc.stdout
+    assert f"| ours int8 / theirs F16 | {ours['median'] / theirs['median']:.2f}x |" in proc.stdout
