@@ -37,8 +37,10 @@ Other processes (another user's jobs: only the training is paused) are waited fo
 excluded, so it need not be paused to wait); an invocation they disturbed anyway is run again, up to RETRIES
 times. The summary drops invocations still disturbed where undisturbed ones of the same figure exist.
 
-Prints a markdown table (and the ratios ours / theirs per test); --json writes every sample.
-Exit status 2, with what to run, when the anchor is missing or incomplete: no figure is ever made up.
+Prints a markdown table (and the ratios ours / theirs per test); --json writes every sample; --report JSON prints
+the tables of a saved sitting again. A sitting of the defaults takes ~5 min on a quiet machine (longer while it
+waits for other jobs). Exit status 2, with what to run, when the anchor is missing or incomplete; 1 when a
+measurement fails: no figure is ever made up.
 """
 import argparse
 import datetime
@@ -343,8 +345,8 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
     """Every (configuration, test) `rounds` times, interleaved; returns the raw records and the read roofs."""
     configs = interleaved(list(OURS), [n for n in THEIRS if n in theirs])
     records, roofs = [], []
-    tmp = tempfile.mkdtemp(prefix="vs-bitnet-cpp-")
-    readbw = build_readbw(tmp)
+    tmp = tempfile.TemporaryDirectory(prefix="vs-bitnet-cpp-")  # the compiled readbw
+    readbw = build_readbw(tmp.name)
 
     def roof(when):
         out, load = invoke_quietly([readbw, str(threads)], max_other, quiet_wait_s, say)
@@ -375,8 +377,7 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
                     + " ".join(f"{x:7.2f}" for x in rec["samples_ts"])
                     + f" tok/s  (load1 {load['load1_before']:.2f}, other {load['other_cores']:.2f})")
     roof("end")
-    os.remove(readbw)
-    os.rmdir(tmp)
+    tmp.cleanup()
     return {"records": records, "roofs": roofs}
 
 
@@ -524,8 +525,12 @@ def main(argv=None) -> int:
                   "machine": describe_machine(), "threads": args.threads, "commit": our_commit(),
                   "bitnet_cpp": git_commit(args.bitnet_git), "tests": tests, "rounds": args.rounds,
                   "repeats": args.repeats, "max_other": args.max_other, "anchor": os.path.abspath(args.anchor)}
-        result.update(run_sitting(path, theirs, tests, args.rounds, args.repeats, args.threads, args.max_other,
-                                  args.quiet_wait, say=say))
+        try:
+            result.update(run_sitting(path, theirs, tests, args.rounds, args.repeats, args.threads,
+                                      args.max_other, args.quiet_wait, say=say))
+        except (RuntimeError, ValueError) as e:  # a child failed, or llama-bench printed no result
+            print(f"vs_bitnet_cpp: {e}", file=sys.stderr)
+            return 1
         result["seconds"] = round(time.time() - t0, 1)
         result["agreement"] = json.loads(subprocess.run(
             python_child(f"head_agreement({path!r}, {args.threads})"), capture_output=True, text=True, check=True,
