@@ -1,0 +1,250 @@
+"""benchmarks/vs_bitnet_cpp.py's own logic, with no bitnet.cpp build: reading llama-bench's JSON, the clear
+error (exit 2, what to run) when the anchor is missing, and the training pause on a real process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmarks import vs_bitnet_cpp as vs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# `llama-bench -m models/bitnet2b4t-dummy-i2_s.gguf -t 2 -r 2 -p 0 -n 8 -o json` of bitnet.cpp (ygqdan/BitNet-linux
+# snapshot, shared/tools/bitnet_cpp recipe) on the random 2B-4T GGUF, exactly as it printed it on a 2-vCPU EPYC
+# (a busy one: hence 3.9 tok/s).
+LLAMA_BENCH_TG8 = """[
+  {
+    "build_commit": "unknown",
+    "build_number": 0,
+    "cuda": false,
+    "vulkan": false,
+    "kompute": false,
+    "metal": false,
+    "sycl": false,
+    "rpc": "0",
+    "gpu_blas": false,
+    "blas": false,
+    "cpu_info": "AMD EPYC",
+    "gpu_info": "",
+    "model_filename": "models/bitnet2b4t-dummy-i2_s.gguf",
+    "model_type": "bitnet-b1.58 2B I2_S - 2 bpw ternary",
+    "model_size": 1836120640,
+    "model_n_params": 2741155840,
+    "n_batch": 2048,
+    "n_ubatch": 512,
+    "n_threads": 2,
+    "cpu_mask": "0x0",
+    "cpu_strict": false,
+    "poll": 50,
+    "type_k": "f16",
+    "type_v": "f16",
+    "n_gpu_layers": 99,
+    "split_mode": "layer",
+    "main_gpu": 0,
+    "no_kv_offload": false,
+    "flash_attn": false,
+    "tensor_split": "0.00",
+    "use_mmap": true,
+    "embeddings": false,
+    "n_prompt": 0,
+    "n_gen": 8,
+    "test_time": "2026-11-23T21:27:15Z",
+    "avg_ns": 2047579763,
+    "stddev_ns": 32041829,
+    "avg_ts": 3.907530,
+    "stddev_ts": 0.061148,
+    "samples_ns": [ 2070236758, 2024922768 ],
+    "samples_ts": [ 3.86429, 3.95077 ]
+  }
+]
+"""
+
+
+def test_llama_bench_json_is_read_per_test():
+    (tg,) = vs.parse_llama_bench_json(LLAMA_BENCH_TG8)
+    assert tg["test"] == "tg8"
+    assert tg["samples_ts"] == [3.86429, 3.95077]
+    assert tg["threads"] == 2 and tg["type_k"] == "f16" and "I2_S" in tg["model_type"]
+    pp = json.loads(LLAMA_BENCH_TG8)
+    pp[0].update(n_prompt=128, n_gen=0, samples_ts=[60.5, 58.25])
+    (p,) = vs.parse_llama_bench_json(json.dumps(pp))
+    assert p["test"] == "pp128" and p["samples_ts"] == [60.5, 58.25]
+
+
+@pytest.mark.parametrize("text", ["", "llama-bench: error: failed to load model", "[]", "{}"])
+def test_llama_bench_output_that_is_not_a_result_is_an_error(text):
+    with pytest.raises(ValueError, match="llama-bench"):
+        vs.parse_llama_bench_json(text)
+
+
+def test_a_llama_bench_test_without_samples_is_an_error():
+    bad = json.loads(LLAMA_BENCH_TG8)
+    bad[0]["samples_ts"] = []
+    with pytest.raises(ValueError, match="samples_ts"):
+        vs.parse_llama_bench_json(json.dumps(bad))
+
+
+def test_tests_are_named_as_llama_bench_names_them():
+    assert vs.parse_test("tg64") == (0, 64) and vs.parse_test("pp8") == (8, 0)
+    cmd = vs.llama_bench_command("/a/llama-bench", "/a/m.gguf", "pp32", 2, 3)
+    assert cmd[cmd.index("-p") + 1] == "32" and cmd[cmd.index("-n") + 1] == "0"
+    assert cmd[cmd.index("-t") + 1] == "2" and cmd[cmd.index("-r") + 1] == "3" and cmd[-2:] == ["-o", "json"]
+    for bad in ("tg", "pp0", "x64", "tg-1"):
+        with pytest.raises(ValueError, match="tgN"):
+            vs.parse_test(bad)
+
+
+def test_a_missing_anchor_says_what_to_build_and_exits_2(tmp_path):
+    anchor = tmp_path / "no-anchor"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.vs_bitnet_cpp", "--anchor", str(anchor)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""  # no table, no figure
+    assert str(anchor / "build-new-i2s/bin/llama-bench") in proc.stderr
+    assert str(anchor / "models/bitnet2b4t-dummy-i2_s.gguf") in proc.stderr
+    assert "build.sh deps src-new build-new-i2s models-i2s" in proc.stderr
+
+
+def test_an_incomplete_anchor_names_only_what_is_missing(tmp_path):
+    bench = tmp_path / "build-new-i2s/bin/llama-bench"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("#!/bin/sh\n")
+    bench.chmod(0o755)
+    with pytest.raises(vs.AnchorMissing) as e:
+        vs.check_anchor(str(tmp_path))
+    assert "bitnet2b4t-dummy-i2_s.gguf" in str(e.value) and "llama-bench\n" not in str(e.value)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/bitnet2b4t-dummy-i2_s.gguf").write_bytes(b"GGUF")
+    found = vs.check_anchor(str(tmp_path))  # the Q6_K-head variant is optional
+    assert set(found) == {"llama-bench", "bitnet.cpp I2_S, F16 head"}
+    (tmp_path / "models/bitnet2b4t-dummy-i2_s-embq6k.gguf").write_bytes(b"GGUF")
+    assert "bitnet.cpp I2_S, Q6_K head" in vs.check_anchor(str(tmp_path))
+
+
+def test_a_llama_bench_that_cannot_run_is_missing(tmp_path):
+    bench = tmp_path / "build-new-i2s/bin/llama-bench"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("not a program")  # not executable
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/bitnet2b4t-dummy-i2_s.gguf").write_bytes(b"GGUF")
+    with pytest.raises(vs.AnchorMissing, match="llama-bench"):
+        vs.check_anchor(str(tmp_path))
+
+
+def test_summary_and_ratios_come_from_the_undisturbed_samples():
+    def rec(config, samples, other):
+        return {"test": "tg64", "config": config, "samples_ts": samples, "other_cores": other, "load1_before": 1.0}
+
+    recs = [rec("ours, int8 head", [20.0, 22.0], 0.0), rec("ours, int8 head", [18.0], 0.1),
+            rec("ours, int8 head", [5.0, 6.0], 1.0),  # disturbed: dropped, undisturbed ones exist
+            rec("bitnet.cpp I2_S, F16 head", [10.0, 12.0, 8.0], 0.9)]  # disturbed, but all there is: kept
+    s = vs.summarize(recs, ["tg64", "pp8"], max_other=0.15)
+    assert set(s) == {"tg64"}
+    ours = s["tg64"]["ours, int8 head"]
+    assert (ours["median"], ours["min"], ours["max"], ours["n"], ours["dropped"], ours["other_max"]) == \
+        (20.0, 18.0, 22.0, 3, 1, 0.1)
+    theirs = s["tg64"]["bitnet.cpp I2_S, F16 head"]
+    assert (theirs["median"], theirs["n"], theirs["dropped"], theirs["other_max"]) == (10.0, 3, 0, 0.9)
+    r = vs.ratios(s)["tg64"]
+    assert r == {"ours int8 / theirs F16": 2.0}  # no Q6_K run, no bf16 run: no ratio made up for them
+
+
+def test_other_load_is_the_machine_minus_the_child():
+    assert vs.other_cores(busy_s=4.0, child_cpu_s=3.0, wall_s=2.0) == 0.5
+    assert vs.other_cores(busy_s=3.9, child_cpu_s=4.0, wall_s=2.0) == 0.0  # tick rounding, never negative
+
+
+def test_a_process_cpu_time_is_read_from_proc():
+    job = subprocess.Popen([sys.executable, "-c", "import sys, time\nwhile time.process_time() < 0.3: pass\n"
+                            "print(flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        job.stdout.readline()  # it has used 0.3 s of CPU
+        assert 0.29 <= vs.process_cpu_s(job.pid) < 5
+    finally:
+        job.kill()
+        job.wait()
+    assert vs.process_cpu_s(job.pid) == 0.0 and vs.process_cpu_s(None) == 0.0
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_training_pause_stops_and_always_resumes(tmp_path, monkeypatch):
+    job = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy stand-in for the training job
+    try:
+        pid_file = tmp_path / "train.pid"
+        monkeypatch.setattr(vs, "TRAIN_PID_FILE", str(pid_file))
+        assert vs.training_pid() is None  # no file
+        pid_file.write_text(f"{job.pid}\n")
+        assert vs.training_pid() == job.pid
+        with pytest.raises(RuntimeError, match="inside"):
+            with vs.TrainingPause(vs.training_pid()) as pause:
+                time.sleep(0.2)
+                assert _state(job.pid) == "T"
+                watchdog = pause.watchdog
+                assert watchdog.poll() is None  # the watchdog waits to resume it if we die
+                raise RuntimeError("a failure inside the pause")
+        time.sleep(0.2)
+        assert _state(job.pid) == "R"  # resumed on the way out of the failure
+        assert watchdog.poll() is not None  # and the watchdog is gone
+        os.kill(job.pid, signal.SIGSTOP)  # someone else's pause: left alone
+        time.sleep(0.2)
+        assert vs.training_pid() is None
+        os.kill(job.pid, signal.SIGCONT)
+    finally:
+        job.kill()
+        job.wait()
+    time.sleep(0.1)
+    assert vs.training_pid() is None  # a finished process is not paused
+
+
+def test_the_watchdog_resumes_a_pause_its_owner_left(tmp_path, monkeypatch):
+    """If the script dies inside a pause (SIGKILL: no handler runs), the watchdog resumes the job."""
+    monkeypatch.setattr(vs, "WATCHDOG_S", 1)
+    job = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        pause = vs.TrainingPause(job.pid).__enter__()  # entered, never exited: as if killed
+        time.sleep(0.2)
+        assert _state(job.pid) == "T"
+        pause.watchdog.wait(timeout=10)
+        time.sleep(0.2)
+        assert _state(job.pid) == "R"
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_the_read_roof_comes_from_the_ceiling_tool(tmp_path):
+    """benchmarks/ceilings/readbw.c, compiled and run as the sitting does (1 thread: a second at most)."""
+    exe = vs.build_readbw(str(tmp_path))
+    out = subprocess.run([exe, "1"], capture_output=True, text=True, check=True).stdout
+    assert vs.parse_readbw(out) > 0.5  # GB/s: any machine that runs the engine reads faster than this
+    with pytest.raises(ValueError, match="read GB/s"):
+        vs.parse_readbw("cannot allocate 1 GiB\n")
+
+
+def test_configurations_alternate_ours_and_theirs():
+    assert vs.interleaved(["o1", "o2"], ["t1", "t2"]) == ["o1", "t1", "o2", "t2"]
+    assert vs.interleaved(["o1", "o2"], ["t1"]) == ["o1", "t1", "o2"]  # no Q6_K build: the rest at the end
+
+
+def test_a_saved_sitting_prints_its_tables_again():
+    """--report on the sitting recorded in BENCHMARKS.md: every figure comes from its records."""
+    saved = os.path.join(REPO, "benchmarks", "results", "2026-11-23-vs-bitnet-cpp-ebbc61b.json")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.vs_bitnet_cpp", "--report", saved, "--anchor", "/nowhere"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with open(saved) as f:
+        result = json.load(f)
+    s = vs.summarize(result["records"], result["tests"], result["max_other"])
+    ours, theirs = s["tg64"]["ours, int8 head"], s["tg64"]["bitnet.cpp I2_S, F16 head"]
+    gb_s = result["bytes_per_token"]["ours, int8 head"] * ours["median"] / 1e9
+    assert f"| tg64 | ours, int8 head: int8 + fp32 row scale (default) | 849 MB | {ours['median']:.2f} " in proc.stdout
+    assert f"| {gb_s:.1f} (" in proc.stdout
+    assert f"| ours int8 / theirs F16 | {ours['median'] / theirs['median']:.2f}x |" in proc.stdout
