@@ -479,6 +479,7 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
             page.wait_for_function("p => document.body.innerText.includes('Prompt: ' + p.split('\\n')[0]) && "
                                    "document.body.innerText.includes('Do the texts agree?')", arg=prompt,
                                    timeout=180_000)
+            expect(compare_box).to_be_enabled(timeout=180_000)  # this run is over: its figures are the final ones
             agree = page.locator('[data-testid="stMetric"]').filter(has_text="Do the texts agree?").inner_text()
             if "identical" in agree:
                 break
