@@ -419,37 +419,155 @@ static void softmax_row(float *row, int n) {
     for (; s < n; s++) row[s] /= sum; /* divide, as softmax does */
 }
 
-/* out (hd) = sum_s p[s] * v_s, 64 columns at a time held in registers */
-static inline __attribute__((always_inline)) void weighted_values(const float *p, int n_keys, int hd, const void *v,
-                                                                  size_t ld, const int kv16, float *out) {
-    for (int c0 = 0; c0 < hd; c0 += 64) {
-        const int nc = (hd - c0) / 8 < 8 ? (hd - c0) / 8 : 8;
-        __m256 acc[8];
+/* Keys (or values) [s0, s0 + n) of one head as float32 rows: converted once into tile (n, hd) from an fp16
+ * cache (exact: every half is a float), or read in place from a float32 one. Returns the rows; *ldt = their stride. */
+static inline __attribute__((always_inline)) const float *f32_rows(const void *base, const int kv16, size_t ld, int s0,
+                                                                   int n, int hd, float *tile, size_t *ldt) {
+    if (!kv16) {
+        *ldt = ld;
+        return (const float *)base + (size_t)s0 * ld;
+    }
+    const uint16_t *h = (const uint16_t *)base + (size_t)s0 * ld;
+    for (int s = 0; s < n; s++)
+        for (int d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(tile + (size_t)s * hd + d,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + (size_t)s * ld + d))));
+    *ldt = (size_t)hd;
+    return tile;
+}
+
+/* Scores of two query heads qa, qb (hd) for the keys kt + j*ldt, j < nk <= 4: ra[j], rb[j] = (q . k_j) * scale.
+ * The eight dot products share one vector sum (sum8); each is the same FMA chain and the same pairwise sum as
+ * scores8 gives it, so the numbers are those of scores8. */
+static inline __attribute__((always_inline)) void scores4x2(const float *qa, const float *qb, int hd, const float *kt,
+                                                            size_t ldt, const int nk, float scale, float *ra, float *rb) {
+    __m256 acc[8];
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
-        for (int s = 0; s < n_keys; s++) {
-            const __m256 ps = _mm256_set1_ps(p[s]);
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++)
-                if (c < nc) acc[c] = _mm256_fmadd_ps(ps, load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c), acc[c]);
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++)
-            if (c < nc) _mm256_storeu_ps(out + c0 + 8 * c, acc[c]);
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 a = _mm256_loadu_ps(qa + d), b = _mm256_loadu_ps(qb + d);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < nk) {
+                const __m256 kv = _mm256_loadu_ps(kt + (size_t)j * ldt + d);
+                acc[j] = _mm256_fmadd_ps(a, kv, acc[j]);
+                acc[4 + j] = _mm256_fmadd_ps(b, kv, acc[4 + j]);
+            }
+    }
+    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale)); /* lanes: [qa . k_0..3 | qb . k_0..3] */
+    if (nk == 4) {
+        _mm_storeu_ps(ra, _mm256_castps256_ps128(v));
+        _mm_storeu_ps(rb, _mm256_extractf128_ps(v, 1));
+    } else {
+        float buf[8];
+        _mm256_storeu_ps(buf, v);
+        memcpy(ra, buf, sizeof(float) * (size_t)nk);
+        memcpy(rb, buf + 4, sizeof(float) * (size_t)nk);
     }
 }
 
-static inline __attribute__((always_inline)) void attend_kv(const float *q, int nq, int hd, const void *k, const void *v,
-                                                            size_t ld, const int kv16, int n_keys, float scale,
-                                                            float *sc, float *out) {
-    for (int h = 0; h < nq; h++) {
-        float *row = sc + (size_t)h * n_keys;
-        int s = 0;
-        for (; s + 8 <= n_keys; s += 8) scores8(q + h * hd, hd, k, ld, kv16, s, 8, scale, row);
-        if (s < n_keys) scores8(q + h * hd, hd, k, ld, kv16, s, n_keys - s, scale, row);
-        softmax_row(row, n_keys);
-        weighted_values(row, n_keys, hd, v, ld, kv16, out + h * hd);
+/* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows vt + s*ldt), and the same for ob, pb when NH = 2 (each
+ * value row loaded once for both heads). Per column the same FMA chain, in s order, as one head alone. */
+static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, int n, const float *vt,
+                                                              size_t ldt, int c0, const int NC, const int NH, float *oa,
+                                                              float *ob) {
+    __m256 a[6], b[6];
+#pragma GCC unroll 6
+    for (int c = 0; c < NC; c++) {
+        a[c] = _mm256_loadu_ps(oa + c0 + 8 * c);
+        if (NH == 2) b[c] = _mm256_loadu_ps(ob + c0 + 8 * c);
     }
+    for (int s = 0; s < n; s++) {
+        const __m256 xa = _mm256_set1_ps(pa[s]), xb = NH == 2 ? _mm256_set1_ps(pb[s]) : xa;
+        const float *row = vt + (size_t)s * ldt + c0;
+#pragma GCC unroll 6
+        for (int c = 0; c < NC; c++) {
+            const __m256 vv = _mm256_loadu_ps(row + 8 * c);
+            a[c] = _mm256_fmadd_ps(xa, vv, a[c]);
+            if (NH == 2) b[c] = _mm256_fmadd_ps(xb, vv, b[c]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int c = 0; c < NC; c++) {
+        _mm256_storeu_ps(oa + c0 + 8 * c, a[c]);
+        if (NH == 2) _mm256_storeu_ps(ob + c0 + 8 * c, b[c]);
+    }
+}
+
+/* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2), s < n, all hd columns, 48 at a time */
+static inline __attribute__((always_inline)) void values_acc(const float *pa, const float *pb, int n, int hd,
+                                                             const float *vt, size_t ldt, const int NH, float *oa,
+                                                             float *ob) {
+    for (int c0 = 0; c0 < hd; c0 += 48) {
+        switch ((hd - c0) / 8 < 6 ? (hd - c0) / 8 : 6) {
+            case 6: values_cols(pa, pb, n, vt, ldt, c0, 6, NH, oa, ob); break;
+            case 5: values_cols(pa, pb, n, vt, ldt, c0, 5, NH, oa, ob); break;
+            case 4: values_cols(pa, pb, n, vt, ldt, c0, 4, NH, oa, ob); break;
+            case 3: values_cols(pa, pb, n, vt, ldt, c0, 3, NH, oa, ob); break;
+            case 2: values_cols(pa, pb, n, vt, ldt, c0, 2, NH, oa, ob); break;
+            default: values_cols(pa, pb, n, vt, ldt, c0, 1, NH, oa, ob); break;
+        }
+    }
+}
+
+/* The multi-row attention (kernels.h, attend_rows). Three passes over the visible keys [0, E), E = ends[nr-1],
+ * in tiles of KEY_TILE keys so a tile stays in L1 while every row and head of the item uses it:
+ *   1. scores (nr, nq, E) for each row's own keys (a row past its end leaves its scores untouched)
+ *   2. softmax per (row, head) over [0, ends[r])
+ *   3. out += p . v, tile by tile (the running sums go through out, which changes no bit of them)
+ * A key tile is converted from fp16 once per item instead of once per query row and head. */
+#define KEY_TILE BN_ATTN_KEY_TILE
+static inline __attribute__((always_inline)) void attend_rows_kv(const float *q, size_t ldq, int nr, int nq, int hd,
+                                                                 const void *k, const void *v, size_t ld, const int kv16,
+                                                                 const int *ends, float scale, float *scratch, float *out,
+                                                                 size_t ldo) {
+    const int E = ends[nr - 1];
+    float *tile = scratch + (size_t)nr * nq * E;
+#define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * E)
+    for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
+        const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
+        size_t ldt;
+        const float *kt = f32_rows(k, kv16, ld, s0, n, hd, tile, &ldt);
+        for (int r = 0; r < nr; r++) {
+            const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0; /* keys of this tile row r sees */
+            const float *qr = q + (size_t)r * ldq;
+            int h = 0;
+            for (; h + 2 <= nq; h += 2) {
+                float *ra = SCORES(r, h) + s0, *rb = SCORES(r, h + 1) + s0;
+                int j = 0;
+                for (; j + 4 <= nk; j += 4)
+                    scores4x2(qr + h * hd, qr + (h + 1) * hd, hd, kt + (size_t)j * ldt, ldt, 4, scale, ra + j, rb + j);
+                if (j < nk)
+                    scores4x2(qr + h * hd, qr + (h + 1) * hd, hd, kt + (size_t)j * ldt, ldt, nk - j, scale, ra + j, rb + j);
+            }
+            for (; h < nq; h++) {
+                float *row = SCORES(r, h) + s0;
+                int j = 0;
+                for (; j + 8 <= nk; j += 8) scores8(qr + h * hd, hd, kt, ldt, 0, j, 8, scale, row);
+                if (j < nk) scores8(qr + h * hd, hd, kt, ldt, 0, j, nk - j, scale, row);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int h = 0; h < nq; h++) {
+            softmax_row(SCORES(r, h), ends[r]);
+            memset(out + (size_t)r * ldo + (size_t)h * hd, 0, sizeof(float) * (size_t)hd);
+        }
+    for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
+        const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
+        size_t ldt;
+        const float *vt = f32_rows(v, kv16, ld, s0, n, hd, tile, &ldt);
+        for (int r = 0; r < nr; r++) {
+            const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0;
+            if (nk <= 0) continue;
+            float *orow = out + (size_t)r * ldo;
+            int h = 0;
+            for (; h + 2 <= nq; h += 2)
+                values_acc(SCORES(r, h) + s0, SCORES(r, h + 1) + s0, nk, hd, vt, ldt, 2, orow + h * hd, orow + (h + 1) * hd);
+            for (; h < nq; h++) values_acc(SCORES(r, h) + s0, NULL, nk, hd, vt, ldt, 1, orow + h * hd, NULL);
+        }
+    }
+#undef SCORES
 }
 
 /* out = silu(g) * u with silu(g) = g * sigmoid(g): with z = e^-|g| (exp_nonpos), sigmoid(g) = 1 / (1 + z) for
@@ -474,11 +592,11 @@ static void silu_mul(const float *g, const float *u, float *out, int n) {
 }
 
 /* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
-static int attend(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
-                  float scale, float *sc, float *out) {
-    if (hd % 8 || n_keys <= 0) return 0;
-    if (kv16) attend_kv(q, nq, hd, k, v, ld, 1, n_keys, scale, sc, out);
-    else attend_kv(q, nq, hd, k, v, ld, 0, n_keys, scale, sc, out);
+static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
+                       int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo) {
+    if (hd % 8 || nr <= 0 || ends[0] <= 0) return 0;
+    if (kv16) attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 1, ends, scale, scratch, out, ldo);
+    else attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 0, ends, scale, scratch, out, ldo);
     return 1;
 }
 
@@ -486,5 +604,5 @@ const bn_kernels bn_kernels_avx2 = {
     .name = "avx2", .ternary_matmul = ternary_matmul, .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
-    .norm_quant = norm_quant, .attend = attend, .silu_mul = silu_mul,
+    .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul,
 };
