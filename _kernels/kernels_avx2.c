@@ -419,58 +419,71 @@ static void softmax_row(float *row, int n) {
     for (; s < n; s++) row[s] /= sum; /* divide, as softmax does */
 }
 
-/* Keys (or values) [s0, s0 + n) of one head as float32 rows: converted once into tile (n, hd) from an fp16
- * cache (exact: every half is a float), or read in place from a float32 one. Returns the rows; *ldt = their stride. */
-static inline __attribute__((always_inline)) const float *f32_rows(const void *base, const int kv16, size_t ld, int s0,
-                                                                   int n, int hd, float *tile, size_t *ldt) {
-    if (!kv16) {
-        *ldt = ld;
-        return (const float *)base + (size_t)s0 * ld;
-    }
-    const uint16_t *h = (const uint16_t *)base + (size_t)s0 * ld;
-    for (int s = 0; s < n; s++)
-        for (int d = 0; d < hd; d += 8)
-            _mm256_storeu_ps(tile + (size_t)s * hd + d,
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + (size_t)s * ld + d))));
-    *ldt = (size_t)hd;
-    return tile;
-}
+/* ---- multi-row attention (kernels.h, attend_rows)
+ * Key and value rows come from a source: base + s*ld elements, fp16 bits (kv16) or float32. With an fp16 cache and
+ * several rows, the first pass over a tile converts it (exactly: every half is a float) into a float32 tile (rows of
+ * hd) while computing with it, and every later (row, head) of the item reads the tile: each half is converted once
+ * per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or unused (KEEP = 0). */
 
-/* Scores of two query heads qa, qb (hd) for the keys kt + j*ldt, j < nk <= 4: ra[j], rb[j] = (q . k_j) * scale.
- * The eight dot products share one vector sum (sum8); each is the same FMA chain and the same pairwise sum as
- * scores8 gives it, so the numbers are those of scores8. */
-static inline __attribute__((always_inline)) void scores4x2(const float *qa, const float *qb, int hd, const float *kt,
-                                                            size_t ldt, const int nk, float scale, float *ra, float *rb) {
+/* Scores of one or two query heads (NH; qa, qb) for keys k + j*ld, j < nk <= 4 (NH = 2) or 8 (NH = 1):
+ * ra[j] (rb[j]) = (q . k_j) * scale. Eight dot products share one vector sum (sum8); each is an FMA chain over
+ * its 8 lanes then the pairwise lane sum, the numbers of the per-token kernel before this one. */
+static inline __attribute__((always_inline)) void scores_group(const float *qa, const float *qb, const int NH, int hd,
+                                                               const void *k, size_t ld, const int kv16, const int nk,
+                                                               float scale, float *ra, float *rb, float *keep,
+                                                               const int KEEP) {
+    const int per = NH == 2 ? 4 : 8; /* keys per head in the eight accumulators */
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
-        const __m256 a = _mm256_loadu_ps(qa + d), b = _mm256_loadu_ps(qb + d);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
+        const __m256 a = _mm256_loadu_ps(qa + d), b = NH == 2 ? _mm256_loadu_ps(qb + d) : a;
+#pragma GCC unroll 8
+        for (int j = 0; j < per; j++)
             if (j < nk) {
-                const __m256 kv = _mm256_loadu_ps(kt + (size_t)j * ldt + d);
+                const __m256 kv = load_kv(k, kv16, (size_t)j * ld + d);
+                if (KEEP) _mm256_storeu_ps(keep + (size_t)j * hd + d, kv);
                 acc[j] = _mm256_fmadd_ps(a, kv, acc[j]);
-                acc[4 + j] = _mm256_fmadd_ps(b, kv, acc[4 + j]);
+                if (NH == 2) acc[4 + j] = _mm256_fmadd_ps(b, kv, acc[4 + j]);
             }
     }
-    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale)); /* lanes: [qa . k_0..3 | qb . k_0..3] */
-    if (nk == 4) {
-        _mm_storeu_ps(ra, _mm256_castps256_ps128(v));
-        _mm_storeu_ps(rb, _mm256_extractf128_ps(v, 1));
+    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale)); /* NH = 2: [qa . k_0..3 | qb . k_0..3] */
+    if (nk == per) {
+        if (NH == 2) {
+            _mm_storeu_ps(ra, _mm256_castps256_ps128(v));
+            _mm_storeu_ps(rb, _mm256_extractf128_ps(v, 1));
+        } else {
+            _mm256_storeu_ps(ra, v);
+        }
     } else {
         float buf[8];
         _mm256_storeu_ps(buf, v);
         memcpy(ra, buf, sizeof(float) * (size_t)nk);
-        memcpy(rb, buf + 4, sizeof(float) * (size_t)nk);
+        if (NH == 2) memcpy(rb, buf + 4, sizeof(float) * (size_t)nk);
     }
 }
 
-/* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows vt + s*ldt), and the same for ob, pb when NH = 2 (each
- * value row loaded once for both heads). Per column the same FMA chain, in s order, as one head alone. */
-static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, int n, const float *vt,
-                                                              size_t ldt, int c0, const int NC, const int NH, float *oa,
-                                                              float *ob) {
+/* ra[j] (and rb[j]) for the nk keys k + j*ld of one tile, j < nk */
+static inline __attribute__((always_inline)) void scores_run(const float *qa, const float *qb, const int NH, int hd,
+                                                             const void *k, size_t ld, const int kv16, int nk,
+                                                             float scale, float *ra, float *rb, float *keep,
+                                                             const int KEEP) {
+    const int per = NH == 2 ? 4 : 8;
+    int j = 0;
+    for (; j + per <= nk; j += per)
+        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * (kv16 ? 2 : 4), ld, kv16, per, scale, ra + j,
+                     rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
+    if (j < nk)
+        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * (kv16 ? 2 : 4), ld, kv16, nk - j, scale, ra + j,
+                     rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
+}
+
+/* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows v + s*ld), and the same for ob, pb when NH = 2 (each
+ * value row loaded once for both heads). Per column one FMA chain in s order, as one head alone gives it. */
+static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, const int NH, int n,
+                                                              const void *v, size_t ld, const int kv16, int c0,
+                                                              const int NC, float *oa, float *ob, float *keep, int hd,
+                                                              const int KEEP) {
     __m256 a[6], b[6];
 #pragma GCC unroll 6
     for (int c = 0; c < NC; c++) {
@@ -479,10 +492,10 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
     }
     for (int s = 0; s < n; s++) {
         const __m256 xa = _mm256_set1_ps(pa[s]), xb = NH == 2 ? _mm256_set1_ps(pb[s]) : xa;
-        const float *row = vt + (size_t)s * ldt + c0;
 #pragma GCC unroll 6
         for (int c = 0; c < NC; c++) {
-            const __m256 vv = _mm256_loadu_ps(row + 8 * c);
+            const __m256 vv = load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c);
+            if (KEEP) _mm256_storeu_ps(keep + (size_t)s * hd + c0 + 8 * c, vv);
             a[c] = _mm256_fmadd_ps(xa, vv, a[c]);
             if (NH == 2) b[c] = _mm256_fmadd_ps(xb, vv, b[c]);
         }
@@ -494,57 +507,56 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
     }
 }
 
-/* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2), s < n, all hd columns, 48 at a time */
-static inline __attribute__((always_inline)) void values_acc(const float *pa, const float *pb, int n, int hd,
-                                                             const float *vt, size_t ldt, const int NH, float *oa,
-                                                             float *ob) {
+/* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2) over the n value rows of one tile, all hd columns, 48 at
+ * a time (12 accumulators for two heads) */
+static inline __attribute__((always_inline)) void values_run(const float *pa, const float *pb, const int NH, int n,
+                                                             int hd, const void *v, size_t ld, const int kv16,
+                                                             float *oa, float *ob, float *keep, const int KEEP) {
     for (int c0 = 0; c0 < hd; c0 += 48) {
         switch ((hd - c0) / 8 < 6 ? (hd - c0) / 8 : 6) {
-            case 6: values_cols(pa, pb, n, vt, ldt, c0, 6, NH, oa, ob); break;
-            case 5: values_cols(pa, pb, n, vt, ldt, c0, 5, NH, oa, ob); break;
-            case 4: values_cols(pa, pb, n, vt, ldt, c0, 4, NH, oa, ob); break;
-            case 3: values_cols(pa, pb, n, vt, ldt, c0, 3, NH, oa, ob); break;
-            case 2: values_cols(pa, pb, n, vt, ldt, c0, 2, NH, oa, ob); break;
-            default: values_cols(pa, pb, n, vt, ldt, c0, 1, NH, oa, ob); break;
+#define VALUES_CASE(NC) \
+    case NC: values_cols(pa, pb, NH, n, v, ld, kv16, c0, NC, oa, ob, keep, hd, KEEP); break;
+            VALUES_CASE(6) VALUES_CASE(5) VALUES_CASE(4) VALUES_CASE(3) VALUES_CASE(2)
+            default: values_cols(pa, pb, NH, n, v, ld, kv16, c0, 1, oa, ob, keep, hd, KEEP); break;
+#undef VALUES_CASE
         }
     }
 }
 
-/* The multi-row attention (kernels.h, attend_rows). Three passes over the visible keys [0, E), E = ends[nr-1],
- * in tiles of KEY_TILE keys so a tile stays in L1 while every row and head of the item uses it:
- *   1. scores (nr, nq, E) for each row's own keys (a row past its end leaves its scores untouched)
+/* The multi-row attention. Three passes over the visible keys [0, E), E = ends[nr-1] (the last row's end, the
+ * largest), in tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
+ *   1. scores (nr, nq, E): each row for its own keys of the tile (none once past its end)
  *   2. softmax per (row, head) over [0, ends[r])
- *   3. out += p . v, tile by tile (the running sums go through out, which changes no bit of them)
- * A key tile is converted from fp16 once per item instead of once per query row and head. */
+ *   3. out += p . v, tile by tile (the running sums pass through out, which changes no bit of them)
+ * In passes 1 and 3 the last row goes first (it sees every key of the tile), with its first head (pair) reading
+ * the fp16 cache and keeping the converted tile for the others. */
 #define KEY_TILE BN_ATTN_KEY_TILE
 static inline __attribute__((always_inline)) void attend_rows_kv(const float *q, size_t ldq, int nr, int nq, int hd,
                                                                  const void *k, const void *v, size_t ld, const int kv16,
                                                                  const int *ends, float scale, float *scratch, float *out,
                                                                  size_t ldo) {
-    const int E = ends[nr - 1];
+    const int E = ends[nr - 1], conv = kv16 && nr > 1; /* conv: convert each tile once, into `tile` */
+    const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
     float *tile = scratch + (size_t)nr * nq * E;
 #define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * E)
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
-        size_t ldt;
-        const float *kt = f32_rows(k, kv16, ld, s0, n, hd, tile, &ldt);
-        for (int r = 0; r < nr; r++) {
+        const void *src = (const char *)k + (size_t)s0 * ld * elem;
+        for (int i = 0; i < nr; i++) {
+            const int r = i == 0 ? nr - 1 : i - 1;                      /* the last row first */
             const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0; /* keys of this tile row r sees */
             const float *qr = q + (size_t)r * ldq;
-            int h = 0;
-            for (; h + 2 <= nq; h += 2) {
-                float *ra = SCORES(r, h) + s0, *rb = SCORES(r, h + 1) + s0;
-                int j = 0;
-                for (; j + 4 <= nk; j += 4)
-                    scores4x2(qr + h * hd, qr + (h + 1) * hd, hd, kt + (size_t)j * ldt, ldt, 4, scale, ra + j, rb + j);
-                if (j < nk)
-                    scores4x2(qr + h * hd, qr + (h + 1) * hd, hd, kt + (size_t)j * ldt, ldt, nk - j, scale, ra + j, rb + j);
-            }
-            for (; h < nq; h++) {
-                float *row = SCORES(r, h) + s0;
-                int j = 0;
-                for (; j + 8 <= nk; j += 8) scores8(qr + h * hd, hd, kt, ldt, 0, j, 8, scale, row);
-                if (j < nk) scores8(qr + h * hd, hd, kt, ldt, 0, j, nk - j, scale, row);
+            for (int h = 0; h < nq;) {
+                const int two = h + 2 <= nq;
+                float *ra = SCORES(r, h) + s0, *rb = two ? SCORES(r, h + 1) + s0 : ra;
+                const float *qa = qr + (size_t)h * hd, *qb = two ? qa + hd : qa;
+#define SCORES_FROM(NH)                                                                                  \
+    if (!conv) scores_run(qa, qb, NH, hd, src, ld, kv16, nk, scale, ra, rb, NULL, 0);                    \
+    else if (i == 0 && h == 0) scores_run(qa, qb, NH, hd, src, ld, 1, nk, scale, ra, rb, tile, 1);       \
+    else scores_run(qa, qb, NH, hd, tile, (size_t)hd, 0, nk, scale, ra, rb, NULL, 0);
+                if (two) { SCORES_FROM(2) } else { SCORES_FROM(1) }
+#undef SCORES_FROM
+                h += two ? 2 : 1;
             }
         }
     }
@@ -555,16 +567,24 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
         }
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
-        size_t ldt;
-        const float *vt = f32_rows(v, kv16, ld, s0, n, hd, tile, &ldt);
-        for (int r = 0; r < nr; r++) {
+        const void *src = (const char *)v + (size_t)s0 * ld * elem;
+        for (int i = 0; i < nr; i++) {
+            const int r = i == 0 ? nr - 1 : i - 1;
             const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0;
             if (nk <= 0) continue;
             float *orow = out + (size_t)r * ldo;
-            int h = 0;
-            for (; h + 2 <= nq; h += 2)
-                values_acc(SCORES(r, h) + s0, SCORES(r, h + 1) + s0, nk, hd, vt, ldt, 2, orow + h * hd, orow + (h + 1) * hd);
-            for (; h < nq; h++) values_acc(SCORES(r, h) + s0, NULL, nk, hd, vt, ldt, 1, orow + h * hd, NULL);
+            for (int h = 0; h < nq;) {
+                const int two = h + 2 <= nq;
+                const float *pa = SCORES(r, h) + s0, *pb = two ? SCORES(r, h + 1) + s0 : pa;
+                float *oa = orow + (size_t)h * hd, *ob = two ? oa + hd : oa;
+#define VALUES_FROM(NH)                                                                                  \
+    if (!conv) values_run(pa, pb, NH, nk, hd, src, ld, kv16, oa, ob, NULL, 0);                           \
+    else if (i == 0 && h == 0) values_run(pa, pb, NH, nk, hd, src, ld, 1, oa, ob, tile, 1);              \
+    else values_run(pa, pb, NH, nk, hd, tile, (size_t)hd, 0, oa, ob, NULL, 0);
+                if (two) { VALUES_FROM(2) } else { VALUES_FROM(1) }
+#undef VALUES_FROM
+                h += two ? 2 : 1;
+            }
         }
     }
 #undef SCORES
