@@ -425,6 +425,10 @@ static void softmax_row(float *row, int n) {
  * hd) while computing with it, and every later (row, head) of the item reads the tile: each half is converted once
  * per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or unused (KEEP = 0). */
 
+/* A loaded vector that two FMAs use: without this GCC folds the load into both FMAs (two loads instead of one),
+ * and the loads, not the FMAs, then set the pace. */
+#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+
 /* Scores of one or two query heads (NH; qa, qb) for keys k + j*ld, j < nk <= 4 (NH = 2) or 8 (NH = 1):
  * ra[j] (rb[j]) = (q . k_j) * scale. Eight dot products share one vector sum (sum8); each is an FMA chain over
  * its 8 lanes then the pairwise lane sum, the numbers of the per-token kernel before this one. */
@@ -441,7 +445,8 @@ static inline __attribute__((always_inline)) void scores_group(const float *qa, 
 #pragma GCC unroll 8
         for (int j = 0; j < per; j++)
             if (j < nk) {
-                const __m256 kv = load_kv(k, kv16, (size_t)j * ld + d);
+                __m256 kv = load_kv(k, kv16, (size_t)j * ld + d);
+                if (NH == 2) KEEP_IN_REGISTER(kv);
                 if (KEEP) _mm256_storeu_ps(keep + (size_t)j * hd + d, kv);
                 acc[j] = _mm256_fmadd_ps(a, kv, acc[j]);
                 if (NH == 2) acc[4 + j] = _mm256_fmadd_ps(b, kv, acc[4 + j]);
@@ -494,7 +499,8 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
         const __m256 xa = _mm256_set1_ps(pa[s]), xb = NH == 2 ? _mm256_set1_ps(pb[s]) : xa;
 #pragma GCC unroll 6
         for (int c = 0; c < NC; c++) {
-            const __m256 vv = load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c);
+            __m256 vv = load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c);
+            if (NH == 2) KEEP_IN_REGISTER(vv);
             if (KEEP) _mm256_storeu_ps(keep + (size_t)s * hd + c0 + 8 * c, vv);
             a[c] = _mm256_fmadd_ps(xa, vv, a[c]);
             if (NH == 2) b[c] = _mm256_fmadd_ps(xb, vv, b[c]);
