@@ -49,7 +49,7 @@ typedef struct {
      * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements:
      * fp16 bits if kv16, else float32). Per (row, head): out (hd) = softmax(q . k_s * scale) @ v, written to
      * out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's result
-     * never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, ends[nr-1]) floats.
+     * never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
      * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
                        int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo);

@@ -529,19 +529,21 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
     }
 }
 
-/* The multi-row attention. Three passes over the visible keys [0, E), E = ends[nr-1] (the last row's end, the
- * largest), in tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
+/* The multi-row attention. Three passes over the visible keys [0, E), E = the largest end (the last row's), in
+ * tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
  *   1. scores (nr, nq, E): each row for its own keys of the tile (none once past its end)
  *   2. softmax per (row, head) over [0, ends[r])
  *   3. out += p . v, tile by tile (the running sums pass through out, which changes no bit of them)
- * In passes 1 and 3 the last row goes first (it sees every key of the tile), with its first head (pair) reading
+ * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
  * the fp16 cache and keeping the converted tile for the others. */
 #define KEY_TILE BN_ATTN_KEY_TILE
 static inline __attribute__((always_inline)) void attend_rows_kv(const float *q, size_t ldq, int nr, int nq, int hd,
                                                                  const void *k, const void *v, size_t ld, const int kv16,
                                                                  const int *ends, float scale, float *scratch, float *out,
                                                                  size_t ldo) {
-    const int E = ends[nr - 1], conv = kv16 && nr > 1; /* conv: convert each tile once, into `tile` */
+    int last = nr - 1; /* the row with the largest end (the last one: ends are non-decreasing) */
+    for (int r = 0; r < nr; r++) last = ends[r] > ends[last] ? r : last;
+    const int E = ends[last], conv = kv16 && nr > 1; /* conv: convert each tile once, into `tile` */
     const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
     float *tile = scratch + (size_t)nr * nq * E;
 #define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * E)
@@ -549,7 +551,7 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)k + (size_t)s0 * ld * elem;
         for (int i = 0; i < nr; i++) {
-            const int r = i == 0 ? nr - 1 : i - 1;                      /* the last row first */
+            const int r = i == 0 ? last : i - 1 + (i - 1 >= last);      /* the last row first */
             const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0; /* keys of this tile row r sees */
             const float *qr = q + (size_t)r * ldq;
             for (int h = 0; h < nq;) {
@@ -575,7 +577,7 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)v + (size_t)s0 * ld * elem;
         for (int i = 0; i < nr; i++) {
-            const int r = i == 0 ? nr - 1 : i - 1;
+            const int r = i == 0 ? last : i - 1 + (i - 1 >= last);
             const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0;
             if (nk <= 0) continue;
             float *orow = out + (size_t)r * ldo;
@@ -620,7 +622,9 @@ static void silu_mul(const float *g, const float *u, float *out, int n) {
 /* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
 static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
                        int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo) {
-    if (hd % 8 || nr <= 0 || ends[0] <= 0) return 0;
+    if (hd % 8 || nr <= 0) return 0;
+    for (int r = 0; r < nr; r++)
+        if (ends[r] <= 0) return 0;
     if (kv16) attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 1, ends, scale, scratch, out, ldo);
     else attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 0, ends, scale, scratch, out, ldo);
     return 1;
