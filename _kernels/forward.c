@@ -45,6 +45,10 @@
 /* Row tiles are shared out in chunks, about CHUNKS_PER_THREAD per thread and slice: a thread the OS
  * descheduled delays the stage by at most one chunk, and each chunk streams contiguous memory. */
 #define CHUNKS_PER_THREAD 8
+/* An attention item takes up to ATTN_MAX_ROWS consecutive tokens (fewer when that leaves fewer than
+ * ATTN_ITEMS_PER_THREAD items per thread), so each key and value tile serves all of them. */
+#define ATTN_MAX_ROWS 8
+#define ATTN_ITEMS_PER_THREAD 2
 
 /* The stages of one layer, in order; the item of each is given in brackets. */
 typedef enum {
@@ -111,7 +115,8 @@ struct bn_engine {
     float *att;       /* (T, D) attention output; the final rows (n_rows, D) before the head */
     float *proj;      /* (T, Dp) o_proj and down_proj outputs, added to x by the next stage */
     float *gu;        /* (T, gu_np) [gate | up]; relu(gate)^2 * up overwrites the gate half */
-    float *scores;    /* (threads, H/G, C) attention scores of each thread's current (token, kv head) */
+    float *scores;    /* (threads, scores_ld) each thread's attention scratch: BN_ATTN_SCRATCH(ATTN_MAX_ROWS, H/G, hd, C) */
+    size_t scores_ld;
     float *logit_buf; /* (rows, Vp) the head's output before the copy to the caller's (rows, V) */
     int8_t *xq;       /* (T, max(Dp, Ip)) quant8 rows, at stride Kp of the matrix that reads them */
     int32_t *xsum;    /* (T,) sum of each quant8 row */
@@ -292,23 +297,41 @@ static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, 
         }
 }
 
-/* Item p = (token t, kv head g): the `group` query heads that share K/V head g, together, so each cached
- * K and V row is read once per group. The visible keys are a prefix [0, end) of the cache. */
+/* The generic multi-row attention (the reference, and the path of kernel tables without attend_rows): the same
+ * item as attend_rows (kernels.h), one row at a time through attend_generic. */
+static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq, int nr, int nq, int hd, const void *kc,
+                                const void *vc, size_t ld, int kv16, const int *ends, float scale, float *sc, float *out,
+                                size_t ldo) {
+    for (int r = 0; r < nr; r++)
+        attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv16, ends[r], scale, sc, out + (size_t)r * ldo);
+}
+
+/* Item p = (tile of up to `rows` consecutive tokens, kv head g): the `group` query heads of each token that share
+ * K/V head g, all together, so each cached K and V row is read (and converted from fp16) once per tile of tokens
+ * and head group. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end of
+ * its block (shared by the block's tokens); never beyond kv_end. */
 static void attention_item(bn_engine *e, int l, int p, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, kvd = G * hd, group = m->n_heads / G;
-    const int t = p / G, g = p % G, pos = e->fa.start + t;
-    int end = e->fa.block > 0 ? (pos / e->fa.block + 1) * e->fa.block : pos + 1; /* block or causal mask */
-    if (end > e->fa.kv_end) end = e->fa.kv_end;
+    const int rows = e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION].chunk;
+    const int t0 = p / G * rows, g = p % G, nr = e->fa.T - t0 < rows ? e->fa.T - t0 : rows;
+    int ends[ATTN_MAX_ROWS];
+    for (int r = 0; r < nr; r++) {
+        const int pos = e->fa.start + t0 + r;
+        int end = e->fa.block > 0 ? (pos / e->fa.block + 1) * e->fa.block : pos + 1; /* block or causal mask */
+        ends[r] = end < e->fa.kv_end ? end : e->fa.kv_end;
+    }
     const size_t elem = e->kv16 ? sizeof(uint16_t) : sizeof(float);
     const size_t off = ((size_t)l * e->ctx * kvd + (size_t)g * hd) * elem; /* layer l, head g, position 0 */
     const void *kc = (const char *)e->k_cache + off, *vc = (const char *)e->v_cache + off;
-    const float *q = e->qkv + (size_t)t * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
-    float *out = e->att + (size_t)t * m->dim + (size_t)g * group * hd;
-    float *sc = e->scores + (size_t)thread * group * e->ctx;
+    const float *q = e->qkv + (size_t)t0 * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
+    float *out = e->att + (size_t)t0 * m->dim + (size_t)g * group * hd;
+    float *sc = e->scores + (size_t)thread * e->scores_ld;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (!e->k->attend || !e->k->attend(q, group, hd, kc, vc, (size_t)kvd, e->kv16, end, scale, sc, out))
-        attend_generic(e->k, q, group, hd, kc, vc, (size_t)kvd, e->kv16, end, scale, sc, out);
+    if (!e->k->attend_rows || !e->k->attend_rows(q, (size_t)e->qkv_np, nr, group, hd, kc, vc, (size_t)kvd, e->kv16,
+                                                 ends, scale, sc, out, (size_t)m->dim))
+        attend_rows_generic(e->k, q, (size_t)e->qkv_np, nr, group, hd, kc, vc, (size_t)kvd, e->kv16, ends, scale, sc,
+                            out, (size_t)m->dim);
 }
 
 /* ---------------------------------------------------------------- matrix stages */
@@ -374,14 +397,20 @@ static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, con
 static void plan_forward(bn_engine *e) {
     const bn_model *m = &e->m;
     const int T = e->fa.T;
+    /* attention: items of attn_rows tokens x one kv head */
+    const int attn_shared = (double)T * e->fa.kv_end * m->dim >= SHARE_MIN_ATTN && bn_pool_size(e->pool) > 1;
+    int attn_rows = ATTN_MAX_ROWS;
+    while (attn_shared && attn_rows > 1 &&
+           (T + attn_rows - 1) / attn_rows * m->n_kv_heads < bn_pool_size(e->pool) * ATTN_ITEMS_PER_THREAD)
+        attn_rows /= 2;
     for (int l = 0; l < m->n_layers; l++) {
         const bn_layer *ly = &e->layers[l];
         stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
         set_token_stage(e, &s[STAGE_ATTN_NORM], T);
         set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
         set_token_stage(e, &s[STAGE_ROPE_KV], T);
-        s[STAGE_ATTENTION] = (stage){.n_items = T * m->n_kv_heads, .kind = KIND_ATTENTION,
-                                     .shared = (double)T * e->fa.kv_end * m->dim >= SHARE_MIN_ATTN};
+        s[STAGE_ATTENTION] = (stage){.n_items = (T + attn_rows - 1) / attn_rows * m->n_kv_heads, .kind = KIND_ATTENTION,
+                                     .chunk = attn_rows, .shared = attn_shared};
         set_token_stage(e, &s[STAGE_ATTN_SUB], T);
         set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
         set_token_stage(e, &s[STAGE_FFN_NORM], T);
@@ -581,7 +610,9 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         set_err(err, errlen, "out of memory starting the engine's threads; use fewer threads");
         return NULL;
     }
-    e->scores = malloc(sizeof(float) * (size_t)ctx * (m->n_heads / m->n_kv_heads) * bn_pool_size(e->pool));
+    /* per thread, rounded to whole cache lines; malloc'ed pages are only touched as far as the keys go */
+    e->scores_ld = (BN_ATTN_SCRATCH(ATTN_MAX_ROWS, m->n_heads / m->n_kv_heads, m->head_dim, ctx) + 15) / 16 * 16;
+    e->scores = aligned_alloc(64, sizeof(float) * e->scores_ld * bn_pool_size(e->pool));
     if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");

@@ -44,12 +44,15 @@ typedef struct {
     /* One row: q (np bytes) = quant8(rmsnorm(x) * w) exactly as forward.c composes sumsq, norm_apply (into
      * xn, n floats of scratch), absmax and quantize; *xinv = 1 / scale; returns sum(q). */
     int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
-    /* Attention of nq query heads (q: (nq, hd) contiguous) that share one K/V head, over keys s in [0, n_keys)
-     * at k + s*ld and values at v + s*ld (elements: fp16 bits if kv16, else float32): out (nq, hd) =
-     * softmax(q . k_s * scale) @ v, with scores (nq * n_keys floats) as scratch. Returns 0 when it does not
-     * handle this shape (forward.c then runs its generic loop), 1 when done. */
-    int (*attend)(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
-                  float scale, float *scores, float *out);
+    /* Attention of a tile of nr consecutive query rows that share one K/V head. Row r (r < nr) has nq query
+     * heads at q + r*ldq (nq*hd floats, contiguous) and sees keys s in [0, ends[r]) (ends non-decreasing,
+     * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements:
+     * fp16 bits if kv16, else float32). Per (row, head): out (hd) = softmax(q . k_s * scale) @ v, written to
+     * out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's result
+     * never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
+     * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
+    int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
+                       int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo);
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* One logit row (n floats, n >= 1): *arg = index of the largest (the first on ties); returns
@@ -58,6 +61,11 @@ typedef struct {
      * NULL: greedy.c's plain loop. */
     double (*max_expsum)(const float *x, int n, int *arg);
 } bn_kernels;
+
+/* attend_rows works through the keys in tiles of BN_ATTN_KEY_TILE, each converted once to float32 for all the
+ * tile's rows and heads; its scratch: the scores (nr * nq, n_keys), then one key tile (BN_ATTN_KEY_TILE, hd). */
+#define BN_ATTN_KEY_TILE 64
+#define BN_ATTN_SCRATCH(nr, nq, hd, n_keys) ((size_t)(nr) * (nq) * (n_keys) + (size_t)BN_ATTN_KEY_TILE * (hd))
 
 extern const bn_kernels bn_kernels_portable;
 #ifdef BN_HAVE_X86

@@ -419,37 +419,183 @@ static void softmax_row(float *row, int n) {
     for (; s < n; s++) row[s] /= sum; /* divide, as softmax does */
 }
 
-/* out (hd) = sum_s p[s] * v_s, 64 columns at a time held in registers */
-static inline __attribute__((always_inline)) void weighted_values(const float *p, int n_keys, int hd, const void *v,
-                                                                  size_t ld, const int kv16, float *out) {
-    for (int c0 = 0; c0 < hd; c0 += 64) {
-        const int nc = (hd - c0) / 8 < 8 ? (hd - c0) / 8 : 8;
-        __m256 acc[8];
+/* ---- multi-row attention (kernels.h, attend_rows)
+ * Key and value rows come from a source: base + s*ld elements, fp16 bits (kv16) or float32. With an fp16 cache and
+ * several rows, the first pass over a tile converts it (exactly: every half is a float) into a float32 tile (rows of
+ * hd) while computing with it, and every later (row, head) of the item reads the tile: each half is converted once
+ * per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or unused (KEEP = 0). */
+
+/* A loaded vector that two FMAs use: without this GCC folds the load into both FMAs (two loads instead of one),
+ * and the loads, not the FMAs, then set the pace. */
+#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+
+/* Scores of one or two query heads (NH; qa, qb) for keys k + j*ld, j < nk <= 4 (NH = 2) or 8 (NH = 1):
+ * ra[j] (rb[j]) = (q . k_j) * scale. Eight dot products share one vector sum (sum8); each is an FMA chain over
+ * its 8 lanes then the pairwise lane sum, the numbers of the per-token kernel before this one. */
+static inline __attribute__((always_inline)) void scores_group(const float *qa, const float *qb, const int NH, int hd,
+                                                               const void *k, size_t ld, const int kv16, const int nk,
+                                                               float scale, float *ra, float *rb, float *keep,
+                                                               const int KEEP) {
+    const int per = NH == 2 ? 4 : 8; /* keys per head in the eight accumulators */
+    __m256 acc[8];
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
-        for (int s = 0; s < n_keys; s++) {
-            const __m256 ps = _mm256_set1_ps(p[s]);
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 a = _mm256_loadu_ps(qa + d), b = NH == 2 ? _mm256_loadu_ps(qb + d) : a;
 #pragma GCC unroll 8
-            for (int c = 0; c < 8; c++)
-                if (c < nc) acc[c] = _mm256_fmadd_ps(ps, load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c), acc[c]);
+        for (int j = 0; j < per; j++)
+            if (j < nk) {
+                __m256 kv = load_kv(k, kv16, (size_t)j * ld + d);
+                if (NH == 2) KEEP_IN_REGISTER(kv);
+                if (KEEP) _mm256_storeu_ps(keep + (size_t)j * hd + d, kv);
+                acc[j] = _mm256_fmadd_ps(a, kv, acc[j]);
+                if (NH == 2) acc[4 + j] = _mm256_fmadd_ps(b, kv, acc[4 + j]);
+            }
+    }
+    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale)); /* NH = 2: [qa . k_0..3 | qb . k_0..3] */
+    if (nk == per) {
+        if (NH == 2) {
+            _mm_storeu_ps(ra, _mm256_castps256_ps128(v));
+            _mm_storeu_ps(rb, _mm256_extractf128_ps(v, 1));
+        } else {
+            _mm256_storeu_ps(ra, v);
         }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++)
-            if (c < nc) _mm256_storeu_ps(out + c0 + 8 * c, acc[c]);
+    } else {
+        float buf[8];
+        _mm256_storeu_ps(buf, v);
+        memcpy(ra, buf, sizeof(float) * (size_t)nk);
+        if (NH == 2) memcpy(rb, buf + 4, sizeof(float) * (size_t)nk);
     }
 }
 
-static inline __attribute__((always_inline)) void attend_kv(const float *q, int nq, int hd, const void *k, const void *v,
-                                                            size_t ld, const int kv16, int n_keys, float scale,
-                                                            float *sc, float *out) {
-    for (int h = 0; h < nq; h++) {
-        float *row = sc + (size_t)h * n_keys;
-        int s = 0;
-        for (; s + 8 <= n_keys; s += 8) scores8(q + h * hd, hd, k, ld, kv16, s, 8, scale, row);
-        if (s < n_keys) scores8(q + h * hd, hd, k, ld, kv16, s, n_keys - s, scale, row);
-        softmax_row(row, n_keys);
-        weighted_values(row, n_keys, hd, v, ld, kv16, out + h * hd);
+/* ra[j] (and rb[j]) for the nk keys k + j*ld of one tile, j < nk */
+static inline __attribute__((always_inline)) void scores_run(const float *qa, const float *qb, const int NH, int hd,
+                                                             const void *k, size_t ld, const int kv16, int nk,
+                                                             float scale, float *ra, float *rb, float *keep,
+                                                             const int KEEP) {
+    const int per = NH == 2 ? 4 : 8;
+    int j = 0;
+    for (; j + per <= nk; j += per)
+        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * (kv16 ? 2 : 4), ld, kv16, per, scale, ra + j,
+                     rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
+    if (j < nk)
+        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * (kv16 ? 2 : 4), ld, kv16, nk - j, scale, ra + j,
+                     rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
+}
+
+/* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows v + s*ld), and the same for ob, pb when NH = 2 (each
+ * value row loaded once for both heads). Per column one FMA chain in s order, as one head alone gives it. */
+static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, const int NH, int n,
+                                                              const void *v, size_t ld, const int kv16, int c0,
+                                                              const int NC, float *oa, float *ob, float *keep, int hd,
+                                                              const int KEEP) {
+    __m256 a[6], b[6];
+#pragma GCC unroll 6
+    for (int c = 0; c < NC; c++) {
+        a[c] = _mm256_loadu_ps(oa + c0 + 8 * c);
+        if (NH == 2) b[c] = _mm256_loadu_ps(ob + c0 + 8 * c);
     }
+    for (int s = 0; s < n; s++) {
+        const __m256 xa = _mm256_set1_ps(pa[s]), xb = NH == 2 ? _mm256_set1_ps(pb[s]) : xa;
+#pragma GCC unroll 6
+        for (int c = 0; c < NC; c++) {
+            __m256 vv = load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c);
+            if (NH == 2) KEEP_IN_REGISTER(vv);
+            if (KEEP) _mm256_storeu_ps(keep + (size_t)s * hd + c0 + 8 * c, vv);
+            a[c] = _mm256_fmadd_ps(xa, vv, a[c]);
+            if (NH == 2) b[c] = _mm256_fmadd_ps(xb, vv, b[c]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int c = 0; c < NC; c++) {
+        _mm256_storeu_ps(oa + c0 + 8 * c, a[c]);
+        if (NH == 2) _mm256_storeu_ps(ob + c0 + 8 * c, b[c]);
+    }
+}
+
+/* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2) over the n value rows of one tile, all hd columns, 48 at
+ * a time (12 accumulators for two heads) */
+static inline __attribute__((always_inline)) void values_run(const float *pa, const float *pb, const int NH, int n,
+                                                             int hd, const void *v, size_t ld, const int kv16,
+                                                             float *oa, float *ob, float *keep, const int KEEP) {
+    for (int c0 = 0; c0 < hd; c0 += 48) {
+        switch ((hd - c0) / 8 < 6 ? (hd - c0) / 8 : 6) {
+#define VALUES_CASE(NC) \
+    case NC: values_cols(pa, pb, NH, n, v, ld, kv16, c0, NC, oa, ob, keep, hd, KEEP); break;
+            VALUES_CASE(6) VALUES_CASE(5) VALUES_CASE(4) VALUES_CASE(3) VALUES_CASE(2)
+            default: values_cols(pa, pb, NH, n, v, ld, kv16, c0, 1, oa, ob, keep, hd, KEEP); break;
+#undef VALUES_CASE
+        }
+    }
+}
+
+/* The multi-row attention. Three passes over the visible keys [0, E), E = the largest end (the last row's), in
+ * tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
+ *   1. scores (nr, nq, E): each row for its own keys of the tile (none once past its end)
+ *   2. softmax per (row, head) over [0, ends[r])
+ *   3. out += p . v, tile by tile (the running sums pass through out, which changes no bit of them)
+ * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
+ * the fp16 cache and keeping the converted tile for the others. */
+#define KEY_TILE BN_ATTN_KEY_TILE
+static inline __attribute__((always_inline)) void attend_rows_kv(const float *q, size_t ldq, int nr, int nq, int hd,
+                                                                 const void *k, const void *v, size_t ld, const int kv16,
+                                                                 const int *ends, float scale, float *scratch, float *out,
+                                                                 size_t ldo) {
+    int last = nr - 1; /* the row with the largest end (the last one: ends are non-decreasing) */
+    for (int r = 0; r < nr; r++) last = ends[r] > ends[last] ? r : last;
+    const int E = ends[last], conv = kv16 && nr > 1; /* conv: convert each tile once, into `tile` */
+    const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
+    float *tile = scratch + (size_t)nr * nq * E;
+#define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * E)
+    for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
+        const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
+        const void *src = (const char *)k + (size_t)s0 * ld * elem;
+        for (int i = 0; i < nr; i++) {
+            const int r = i == 0 ? last : i - 1 + (i - 1 >= last);      /* the last row first */
+            const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0; /* keys of this tile row r sees */
+            const float *qr = q + (size_t)r * ldq;
+            for (int h = 0; h < nq;) {
+                const int two = h + 2 <= nq;
+                float *ra = SCORES(r, h) + s0, *rb = two ? SCORES(r, h + 1) + s0 : ra;
+                const float *qa = qr + (size_t)h * hd, *qb = two ? qa + hd : qa;
+#define SCORES_FROM(NH)                                                                                  \
+    if (!conv) scores_run(qa, qb, NH, hd, src, ld, kv16, nk, scale, ra, rb, NULL, 0);                    \
+    else if (i == 0 && h == 0) scores_run(qa, qb, NH, hd, src, ld, 1, nk, scale, ra, rb, tile, 1);       \
+    else scores_run(qa, qb, NH, hd, tile, (size_t)hd, 0, nk, scale, ra, rb, NULL, 0);
+                if (two) { SCORES_FROM(2) } else { SCORES_FROM(1) }
+#undef SCORES_FROM
+                h += two ? 2 : 1;
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int h = 0; h < nq; h++) {
+            softmax_row(SCORES(r, h), ends[r]);
+            memset(out + (size_t)r * ldo + (size_t)h * hd, 0, sizeof(float) * (size_t)hd);
+        }
+    for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
+        const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
+        const void *src = (const char *)v + (size_t)s0 * ld * elem;
+        for (int i = 0; i < nr; i++) {
+            const int r = i == 0 ? last : i - 1 + (i - 1 >= last);
+            const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0;
+            if (nk <= 0) continue;
+            float *orow = out + (size_t)r * ldo;
+            for (int h = 0; h < nq;) {
+                const int two = h + 2 <= nq;
+                const float *pa = SCORES(r, h) + s0, *pb = two ? SCORES(r, h + 1) + s0 : pa;
+                float *oa = orow + (size_t)h * hd, *ob = two ? oa + hd : oa;
+#define VALUES_FROM(NH)                                                                                  \
+    if (!conv) values_run(pa, pb, NH, nk, hd, src, ld, kv16, oa, ob, NULL, 0);                           \
+    else if (i == 0 && h == 0) values_run(pa, pb, NH, nk, hd, src, ld, 1, oa, ob, tile, 1);              \
+    else values_run(pa, pb, NH, nk, hd, tile, (size_t)hd, 0, oa, ob, NULL, 0);
+                if (two) { VALUES_FROM(2) } else { VALUES_FROM(1) }
+#undef VALUES_FROM
+                h += two ? 2 : 1;
+            }
+        }
+    }
+#undef SCORES
 }
 
 /* out = silu(g) * u with silu(g) = g * sigmoid(g): with z = e^-|g| (exp_nonpos), sigmoid(g) = 1 / (1 + z) for
@@ -511,11 +657,13 @@ static double max_expsum(const float *x, int n, int *arg) {
 }
 
 /* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
-static int attend(const float *q, int nq, int hd, const void *k, const void *v, size_t ld, int kv16, int n_keys,
-                  float scale, float *sc, float *out) {
-    if (hd % 8 || n_keys <= 0) return 0;
-    if (kv16) attend_kv(q, nq, hd, k, v, ld, 1, n_keys, scale, sc, out);
-    else attend_kv(q, nq, hd, k, v, ld, 0, n_keys, scale, sc, out);
+static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
+                       int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo) {
+    if (hd % 8 || nr <= 0) return 0;
+    for (int r = 0; r < nr; r++)
+        if (ends[r] <= 0) return 0;
+    if (kv16) attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 1, ends, scale, scratch, out, ldo);
+    else attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 0, ends, scale, scratch, out, ldo);
     return 1;
 }
 
@@ -523,5 +671,5 @@ const bn_kernels bn_kernels_avx2 = {
     .name = "avx2", .ternary_matmul = ternary_matmul, .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
-    .norm_quant = norm_quant, .attend = attend, .silu_mul = silu_mul, .max_expsum = max_expsum,
+    .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_expsum = max_expsum,
 };
