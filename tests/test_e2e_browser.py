@@ -237,6 +237,14 @@ def _set_number(page, label: str, value: int) -> None:
     page.wait_for_timeout(800)
 
 
+FRESH = '[data-testid="stElementContainer"]:not([data-stale="true"])'  # drawn by the current script run
+FRESH_COMPARE = """p => {
+    const fresh = [...document.querySelectorAll('[data-testid="stElementContainer"]:not([data-stale="true"])')];
+    return fresh.some(e => e.innerText.includes('Prompt: ' + p.split('\\n')[0])) &&
+           fresh.some(e => e.querySelector('[data-testid="stMetric"]') && e.innerText.includes('Do the texts agree?'));
+}"""
+
+
 def _slider_to_min(page, label: str) -> None:
     page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').filter(has_text=label) \
         .get_by_role("slider").press("Home")
@@ -476,11 +484,10 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
             expect(compare_box).to_be_enabled(timeout=60_000)  # the view switch (or the last run) is over
             compare_box.fill(prompt)
             compare_box.press("Enter")
-            page.wait_for_function("p => document.body.innerText.includes('Prompt: ' + p.split('\\n')[0]) && "
-                                   "document.body.innerText.includes('Do the texts agree?')", arg=prompt,
-                                   timeout=180_000)
-            expect(compare_box).to_be_enabled(timeout=180_000)  # this run is over: its figures are the final ones
-            agree = page.locator('[data-testid="stMetric"]').filter(has_text="Do the texts agree?").inner_text()
+            # Streamlit keeps the previous run's elements on the page, marked data-stale, until it redraws
+            # them: read the agreement only from a fresh summary under this prompt (the run is over).
+            page.wait_for_function(FRESH_COMPARE, arg=prompt, timeout=180_000)
+            agree = page.locator(f'{FRESH} [data-testid="stMetric"]').filter(has_text="Do the texts agree?").inner_text()
             if "identical" in agree:
                 break
         expect(page.get_by_text("Tokens per forward", exact=False).last).to_be_visible()
