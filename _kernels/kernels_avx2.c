@@ -391,8 +391,8 @@ static inline __attribute__((always_inline)) void scores8(const float *q, int hd
     }
 }
 
-/* softmax of row (n floats) in place: exp(x - max) / sum */
-static void softmax_row(float *row, int n) {
+/* max of row (n floats; -inf when n = 0) */
+static float row_max(const float *row, int n) {
     __m256 mv = _mm256_set1_ps(-INFINITY);
     int s = 0;
     for (; s + 8 <= n; s += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(row + s));
@@ -401,8 +401,16 @@ static void softmax_row(float *row, int n) {
     float mx = buf[0];
     for (int j = 1; j < 8; j++) mx = buf[j] > mx ? buf[j] : mx;
     for (; s < n; s++) mx = row[s] > mx ? row[s] : mx;
+    return mx;
+}
+
+/* softmax of row (n floats) in place: exp(x - max) / sum */
+static void softmax_row(float *row, int n) {
+    const float mx = row_max(row, n);
     const __m256 vmx = _mm256_set1_ps(mx);
     __m256 sv = _mm256_setzero_ps();
+    float buf[8];
+    int s;
     for (s = 0; s + 8 <= n; s += 8) {
         const __m256 v = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(row + s), vmx));
         _mm256_storeu_ps(row + s, v);
@@ -622,16 +630,10 @@ static void silu_mul(const float *g, const float *u, float *out, int n) {
 /* The greedy confidence of one logit row (kernels.h): max and its first index, then the exponentials in
  * float32 (exp_nonpos, as the attention's softmax) summed in double, 8 at a time. */
 static double max_expsum(const float *x, int n, int *arg) {
-    __m256 mv = _mm256_set1_ps(-INFINITY);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
-    float buf[8];
-    _mm256_storeu_ps(buf, mv);
-    float mx = buf[0];
-    for (int j = 1; j < 8; j++) mx = buf[j] > mx ? buf[j] : mx;
-    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    const float mx = row_max(x, n);
     const __m256 vmx = _mm256_set1_ps(mx);
-    int a = -1;
+    float buf[8];
+    int i, a = -1;
     for (i = 0; i + 8 <= n && a < 0; i += 8) {
         const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vmx, _CMP_EQ_OQ));
         if (hit) a = i + __builtin_ctz((unsigned)hit);
