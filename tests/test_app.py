@@ -111,7 +111,7 @@ def test_first_run_downloads_converts_then_chats(env, fake_hub, caches):
     assert msg["done"] and not msg["stopped"] and msg["content"] and msg["mode"] == "ar"
     assert msg["stats"]["tokens"] > 0 and msg["stats"]["tok_s"] > 0 and msg["stats"]["ttft_s"] > 0
     bubble = at.chat_message[1]
-    assert bubble.markdown[0].value == msg["content"]
+    assert bubble.markdown[0].value == reply.markdown_text(msg["content"])  # the text, line breaks kept
     assert "tok/s" in bubble.markdown[1].value and "first token" in bubble.markdown[1].value
     assert at.session_state["messages"][0] == {"role": "user", "content": "Hello there"}
 

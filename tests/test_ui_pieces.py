@@ -69,3 +69,14 @@ def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
     assert suggestions.for_folder(str(model)) == suggestions.GENERAL
     assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
     assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
+
+
+def test_chat_text_keeps_its_line_breaks_outside_code():
+    """Single newlines become Markdown hard breaks (verse and tables show line by line); code fences are untouched."""
+    from bitnet_app.ui.reply import markdown_text
+
+    assert markdown_text("8 x 1 = 8\n8 x 2 = 16") == "8 x 1 = 8  \n8 x 2 = 16"
+    assert markdown_text("a\n\nb") == "a  \n  \nb"  # still a paragraph break
+    code = "see:\n```\nx = 1\ny = 2\n```\nend\nnow"
+    assert markdown_text(code) == "see:  \n```\nx = 1\ny = 2\n```  \nend  \nnow"
+    assert markdown_text("") == "" and markdown_text("one line") == "one line"

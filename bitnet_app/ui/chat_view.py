@@ -77,7 +77,7 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
     for i, m in enumerate(msgs):
         with st.chat_message(m["role"]):
             if m["role"] == "user":
-                st.markdown(m["content"])
+                st.markdown(reply.markdown_text(m["content"]))
                 continue
             reply.draw_stored(m)
             if m.get("steps"):

@@ -46,7 +46,7 @@ class ReplyView:
             m["content"] += ev.text
             m["tokens_seen"] += 1
             if self._due("text"):
-                self.text.markdown(m["content"] + CURSOR)
+                self.text.markdown(markdown_text(m["content"]) + CURSOR)
                 if self.picture is None:
                     self._pause()
         elif isinstance(ev, Step):
@@ -60,7 +60,7 @@ class ReplyView:
                 self._pause()
         elif isinstance(ev, Done):
             m["content"], m["stats"], m["stop_reason"], m["done"] = ev.text, dict(ev.stats), ev.stop_reason, True
-            self.text.markdown(m["content"] or "_(empty reply)_")
+            self.text.markdown(markdown_text(m["content"]) or "_(empty reply)_")
             self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
 
     def _due(self, what: str) -> bool:
@@ -79,11 +79,21 @@ class ReplyView:
             time.sleep(self.pause_s)
 
 
+def markdown_text(text: str) -> str:
+    """Chat text as Markdown that keeps its line breaks: outside fenced code blocks a single newline becomes a hard
+    break ("  \n"), so verse, lists of numbers and tables show line by line (Markdown would join such lines)."""
+    parts = text.split("```")
+    for i in range(0, len(parts), 2):  # the even parts lie outside the fences
+        parts[i] = parts[i].replace("\n", "  \n")
+    return "```".join(parts)
+
+
 def draw_stored(msg: dict) -> None:
     """A finished (or stopped) reply from history."""
     if msg.get("error"):
         st.error(msg["error"], icon=":material/error:")
     if msg.get("trim_notice"):
         st.info(msg["trim_notice"], icon=":material/content_cut:")
-    st.markdown(msg.get("content") or ("_(stopped before the first token)_" if msg.get("stopped") else ""))
+    st.markdown(markdown_text(msg.get("content") or "") or
+                ("_(stopped before the first token)_" if msg.get("stopped") else ""))
     st.markdown(stats.html_row(msg), unsafe_allow_html=True)
