@@ -25,7 +25,8 @@ the best run counts. GMAC/s counts the ternary multiply-adds of the N rows (ever
 gate, up, down) plus the int8 head's for the one row of logits.
 
 --pause-training stops the training job named in /tmp/demo-train.pid (SIGSTOP) for the measurement and
-always resumes it (SIGCONT), also on errors and Ctrl-C; keep a run under ~2 minutes when using it.
+always resumes it (SIGCONT), also on errors, Ctrl-C and SIGTERM (benchmarks/training_pause.py); keep a run
+under ~2 minutes when using it.
 """
 import argparse
 import datetime
@@ -41,9 +42,11 @@ import time
 
 import numpy as np
 
+from benchmarks.run_benchmarks import build_ceiling
+from benchmarks.training_pause import TrainingPause, raise_on_signal, training_pid
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-TRAIN_PID = "/tmp/demo-train.pid"
 BLOCK = 32
 
 WRAPPER_KEYS = ("python", "profiled", "cython", "c_total_direct", "python_wrapper", "cython_wrapper",
@@ -58,49 +61,9 @@ def macs_per_row(cfg: dict) -> int:
     return cfg["num_hidden_layers"] * (d * (d + 2 * kvd) + d * d + 2 * i * d + i * d)
 
 
-def build_ceiling(tmp: str) -> str:
-    exe = os.path.join(tmp, "int8_avx2")
-    subprocess.run(["gcc", "-O2", "-mavx2", "-pthread", os.path.join(HERE, "ceilings", "int8_avx2.c"), "-o", exe],
-                   check=True)
-    return exe
-
-
 def run_ceiling(exe: str, threads: int) -> float:
     out = subprocess.run([exe, str(threads)], check=True, capture_output=True, text=True).stdout
     return float(re.search(r"GMAC/s ([\d.]+)", out).group(1))
-
-
-class TrainingPaused:
-    """SIGSTOP the training job for the block, SIGCONT it afterwards whatever happens."""
-
-    def __init__(self, enabled: bool):
-        self.pid = None
-        if enabled and os.path.isfile(TRAIN_PID):
-            try:
-                self.pid = int(open(TRAIN_PID).read().strip())
-                os.kill(self.pid, 0)
-            except (ValueError, OSError):
-                self.pid = None
-
-    def __enter__(self):
-        if self.pid:
-            self._old = {s: signal.signal(s, self._resume_and_exit) for s in (signal.SIGINT, signal.SIGTERM)}
-            os.kill(self.pid, signal.SIGSTOP)
-        return self
-
-    def _resume_and_exit(self, signum, frame):
-        self.__exit__()
-        sys.exit(128 + signum)
-
-    def __exit__(self, *exc):
-        if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-            except OSError:
-                pass
-            for s, h in self._old.items():
-                signal.signal(s, h)
-            self.pid = None
 
 
 def measure(engine, ids: np.ndarray, pos: int, n: int, repeats: int, iters: int, stat: str = "median") -> dict:
@@ -214,8 +177,10 @@ def main(argv=None) -> int:
            "pos": pos, "repeats": args.repeats, "iters": args.iters, "stat": args.stat,
            "load_average": os.getloadavg(), "macs_per_row": macs_per_row(cfg), "rows": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        exe = build_ceiling(tmp)
-        with TrainingPaused(args.pause_training):
+        exe = build_ceiling("int8_avx2", tmp)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, raise_on_signal)
+        with TrainingPause(training_pid() if args.pause_training else None):
             ceil = [run_ceiling(exe, args.threads) for _ in range(3)]
             for n in ns:
                 res["rows"][n] = measure(eng, ids, pos, n, args.repeats, args.iters, args.stat)

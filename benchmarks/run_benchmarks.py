@@ -47,6 +47,14 @@ def machine() -> dict:
 CEILINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ceilings")
 
 
+def build_ceiling(name: str, folder: str) -> str:
+    """Compile ceilings/<name>.c (readbw, int8_avx2) into `folder`; the program's path."""
+    exe = os.path.join(folder, name)
+    subprocess.run(["gcc", "-O2", "-mavx2", "-pthread", os.path.join(CEILINGS, f"{name}.c"), "-o", exe],
+                   check=True, capture_output=True, text=True)
+    return exe
+
+
 def ceilings() -> dict:
     """Build and run this folder's ceiling tools (ceilings/readbw.c, ceilings/int8_avx2.c: plain AVX2, so they
     run on every CPU the engine's fast paths run on) with 1 and 2 threads; parse their figures.
@@ -55,7 +63,7 @@ def ceilings() -> dict:
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("readbw", "int8_avx2"):
-            sh(["gcc", "-O2", "-mavx2", "-pthread", os.path.join(CEILINGS, f"{name}.c"), "-o", f"{tmp}/{name}"])
+            build_ceiling(name, tmp)
         for th in (1, 2):
             out[f"read_gb_s_t{th}"] = float(re.search(r"read GB/s ([\d.]+)", sh([f"{tmp}/readbw", str(th)])).group(1))
             out[f"int8_gmac_s_t{th}"] = float(re.search(r"GMAC/s ([\d.]+)", sh([f"{tmp}/int8_avx2", str(th)])).group(1))

@@ -26,7 +26,7 @@ own CPU time; 0.00 = quiet; on 2 cores, > 0.1 contaminates a 2-thread figure).
 
 The training job named by /tmp/demo-train.pid (if it names a running, not already stopped, process) is paused
 with SIGSTOP for each invocation alone (seconds, never minutes) and resumed with SIGCONT right after, on any
-exit of this script, and in any case by a watchdog process after WATCHDOG_S seconds.
+exit of this script, and in any case by a watchdog process after WATCHDOG_S seconds (benchmarks/training_pause.py).
 
 The read roof (GB/s that the threads reach reading a buffer: decode's ceiling) is measured at the start and the
 end of the sitting, paused like the rest, with benchmarks/ceilings/readbw.c (AVX2 loads + prefetch: the figure the
@@ -55,10 +55,11 @@ import sys
 import tempfile
 import time
 
+from benchmarks.run_benchmarks import build_ceiling
+from benchmarks.training_pause import TrainingPause, raise_on_signal, training_pid
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-TRAIN_PID_FILE = "/tmp/demo-train.pid"
-WATCHDOG_S = 100  # a pause never outlives this, even if this script is killed with SIGKILL
 RETRIES = 1      # runs again of an invocation that other processes disturbed
 
 LLAMA_BENCH = "build-new-i2s/bin/llama-bench"
@@ -185,14 +186,6 @@ def measure_engine_roof(threads: int) -> dict:
     return {"engine_roof_gb_s": _engine.read_roof_gb_s(threads, megabytes=512, passes=3)}
 
 
-def build_readbw(folder: str) -> str:
-    """Compile benchmarks/ceilings/readbw.c into `folder`; the program's path."""
-    exe = os.path.join(folder, "readbw")
-    subprocess.run(["gcc", "-O2", "-mavx2", "-pthread", os.path.join(HERE, "ceilings", "readbw.c"), "-o", exe],
-                   check=True, capture_output=True, text=True)
-    return exe
-
-
 def parse_readbw(text: str) -> float:
     """readbw's "threads=N read GB/s X" -> X."""
     m = re.search(r"read GB/s ([\d.]+)", text)
@@ -220,51 +213,6 @@ def head_agreement(path: str, threads: int, positions: int = 32) -> dict:
 def python_child(call: str) -> list[str]:
     """A command that runs `call` (an expression over this module) in a fresh interpreter and prints its JSON."""
     return [sys.executable, "-c", f"import json\nfrom benchmarks import vs_bitnet_cpp as v\nprint(json.dumps(v.{call}))"]
-
-
-# ---- the training pause ---------------------------------------------------------------------------------------
-
-def training_pid() -> int | None:
-    """The pid in TRAIN_PID_FILE if it names a running process that is not already stopped (by someone else,
-    who will resume it: we leave it alone then), else None."""
-    try:
-        with open(TRAIN_PID_FILE) as f:
-            pid = int(f.read().split()[0])
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if state not in ("T", "t", "Z", "X") else None
-
-
-class TrainingPause:
-    """`with TrainingPause(pid):` stops the process for the block and resumes it after; a detached watchdog
-    resumes it after WATCHDOG_S seconds if this process dies without doing so. pid None: does nothing."""
-
-    def __init__(self, pid: int | None):
-        self.pid, self.watchdog = pid, None
-
-    def __enter__(self):
-        if self.pid is not None:
-            self.watchdog = subprocess.Popen(["sh", "-c", f"sleep {WATCHDOG_S}; kill -CONT {self.pid}"],
-                                             start_new_session=True, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
-            os.kill(self.pid, signal.SIGSTOP)
-        return self
-
-    def __exit__(self, *exc):
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            os.killpg(self.watchdog.pid, signal.SIGTERM)  # its own session: the sh and its sleep
-            self.watchdog.wait()
-        return False
-
-
-def _raise_on_signal(signum, _frame):
-    raise SystemExit(f"stopped by signal {signum}")  # unwinds through every `with TrainingPause` (resumes)
 
 
 # ---- load accounting and one invocation ------------------------------------------------------------------------
@@ -346,7 +294,7 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
     configs = interleaved(list(OURS), [n for n in THEIRS if n in theirs])
     records, roofs = [], []
     tmp = tempfile.TemporaryDirectory(prefix="vs-bitnet-cpp-")  # the compiled readbw
-    readbw = build_readbw(tmp.name)
+    readbw = build_ceiling("readbw", tmp.name)
 
     def roof(when):
         out, load = invoke_quietly([readbw, str(threads)], max_other, quiet_wait_s, say)
@@ -516,7 +464,7 @@ def main(argv=None) -> int:
     from bitnet_app.bench import synthetic_file
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_on_signal)
+        signal.signal(sig, raise_on_signal)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     with synthetic_file("2b4t") as path:  # a kept copy in the cache is used as it is
         say(f"ours: {path}; theirs: " + ", ".join(f"{n}: {p}" for n, p in theirs.items()))

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from benchmarks import vs_bitnet_cpp as vs
+from benchmarks import training_pause, vs_bitnet_cpp as vs
+from benchmarks.run_benchmarks import build_ceiling
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -179,7 +180,7 @@ def test_the_training_pause_stops_and_always_resumes(tmp_path, monkeypatch):
     job = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy stand-in for the training job
     try:
         pid_file = tmp_path / "train.pid"
-        monkeypatch.setattr(vs, "TRAIN_PID_FILE", str(pid_file))
+        monkeypatch.setattr(training_pause, "TRAIN_PID_FILE", str(pid_file))
         assert vs.training_pid() is None  # no file
         pid_file.write_text(f"{job.pid}\n")
         assert vs.training_pid() == job.pid
@@ -206,7 +207,7 @@ def test_the_training_pause_stops_and_always_resumes(tmp_path, monkeypatch):
 
 def test_the_watchdog_resumes_a_pause_its_owner_left(tmp_path, monkeypatch):
     """If the script dies inside a pause (SIGKILL: no handler runs), the watchdog resumes the job."""
-    monkeypatch.setattr(vs, "WATCHDOG_S", 1)
+    monkeypatch.setattr(training_pause, "WATCHDOG_S", 1)
     job = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         pause = vs.TrainingPause(job.pid).__enter__()  # entered, never exited: as if killed
@@ -222,7 +223,7 @@ def test_the_watchdog_resumes_a_pause_its_owner_left(tmp_path, monkeypatch):
 
 def test_the_read_roof_comes_from_the_ceiling_tool(tmp_path):
     """benchmarks/ceilings/readbw.c, compiled and run as the sitting does (1 thread: a second at most)."""
-    exe = vs.build_readbw(str(tmp_path))
+    exe = build_ceiling("readbw", str(tmp_path))
     out = subprocess.run([exe, "1"], capture_output=True, text=True, check=True).stdout
     assert vs.parse_readbw(out) > 0.5  # GB/s: any machine that runs the engine reads faster than this
     with pytest.raises(ValueError, match="read GB/s"):
