@@ -19,7 +19,7 @@
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
  *
  * Threads: a forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (runs of tokens,
- * row tiles of a matrix, (token, kv head) pairs) that threads take from the stage's atomic counter; a thread that
+ * row tiles of a matrix, (tile of tokens, kv head) pairs) that threads take from the stage's atomic counter; a thread that
  * finds no item left waits until the stage's items are all done, then goes on to the next stage. Stages with
  * enough work are shared: each run of consecutive shared stages is ONE job of the pool (pool.h), so a batch of
  * tokens on a small model costs one job per forward, not one per operation. Small stages (a single token's
@@ -86,7 +86,7 @@ typedef struct {
     int T;                       /* input rows: the batch, or the logit rows for the head stages */
     int ldy, kp;                 /* output row stride; padded K of the quantized input rows */
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
-    int tokens_per_item;         /* KIND_TOKENS: consecutive tokens (or logit rows) per item */
+    int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION: consecutive tokens (or logit rows) per item */
 } stage;
 
 /* The arguments of the running forward (read by every thread of the job). */
@@ -313,7 +313,7 @@ static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq,
 static void attention_item(bn_engine *e, int l, int p, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, kvd = G * hd, group = m->n_heads / G;
-    const int rows = e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION].chunk;
+    const int rows = e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION].tokens_per_item;
     const int t0 = p / G * rows, g = p % G, nr = e->fa.T - t0 < rows ? e->fa.T - t0 : rows;
     int ends[ATTN_MAX_ROWS];
     for (int r = 0; r < nr; r++) {
@@ -410,7 +410,7 @@ static void plan_forward(bn_engine *e) {
         set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
         set_token_stage(e, &s[STAGE_ROPE_KV], T);
         s[STAGE_ATTENTION] = (stage){.n_items = (T + attn_rows - 1) / attn_rows * m->n_kv_heads, .kind = KIND_ATTENTION,
-                                     .chunk = attn_rows, .shared = attn_shared};
+                                     .tokens_per_item = attn_rows, .shared = attn_shared};
         set_token_stage(e, &s[STAGE_ATTN_SUB], T);
         set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
         set_token_stage(e, &s[STAGE_FFN_NORM], T);
