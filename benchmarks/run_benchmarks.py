@@ -144,7 +144,7 @@ def rows(result: dict) -> str:
             f" | {g8:.0f} ({100 * g8 / c['batch_gmac_s']:.0f}%) / {g32:.0f} ({100 * g32 / c['batch_gmac_s']:.0f}%)"
             f" | {ba[8]:.1f} / {ba[32]:.1f} |")
     m = result["memory"]
-    lines += ["", f"Memory and load (avx512, int8 head, fp16 KV): open + first token {m['short']['load_and_first_token_s']:.2f} s "
+    lines += ["", f"Memory and load (fastest path, int8 head, fp16 KV): open + first token {m['short']['load_and_first_token_s']:.2f} s "
               f"(file already in the page cache); peak RSS {m['short']['peak_rss_mb']:.0f} MB after 128 decode steps, "
               f"{m['long']['peak_rss_mb']:.0f} MB with {m['long']['context_used']} positions of context."]
     lines += ["", "Agreement (2B-4T shape, random weights, 64 positions; each row changes one setting):", "",
