@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Thin Cython wrapper around the C engine (bitnet.h): builds the bn_model from the numpy views of an
-EngineFile (no copies: the weights stay in the mmap) and runs bn_forward with the GIL released."""
+EngineFile's config and tensors (no copies here: the arrays given stay referenced, see engine/resident.py for
+where they live) and runs bn_forward with the GIL released."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
@@ -68,7 +69,7 @@ def _r16(n):
 cdef class CEngine:
     cdef bn_engine *e
     cdef bn_layer *layers
-    cdef object keep  # the EngineFile whose mmap holds the weights
+    cdef object keep  # the object whose arrays hold the weights (the C structs point into them)
     cdef object inv_freq  # the RoPE frequencies handed to the C engine (kept alive with it)
     cdef int vocab
 

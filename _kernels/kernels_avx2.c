@@ -81,9 +81,49 @@ static inline __attribute__((always_inline)) void ternary_half(
         t0 += bt;                                                                    \
     }
 
+/* One token (decode) through a whole 16-row tile: per group of 16 columns both 32-byte halves (rows 0-7 and 8-15)
+ * at once, so each 64-byte line of the tile is read once and each activation broadcast serves both halves.
+ * (The multi-token path walks one half at a time over all groups, then the other; for one token that costs a
+ * second pass over the tile and twice the broadcasts.) Same sums as ternary_half, so the same results. */
+static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const float *row_scale, int32_t xsum,
+                           float xinv, float *y) {
+    const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0; /* int32 sums of rows 0-7 and 8-15 */
+    for (int g0 = 0; g0 < groups; g0 += GROUPS_PER_WIDEN) {
+        const int g1 = g0 + GROUPS_PER_WIDEN < groups ? g0 + GROUPS_PER_WIDEN : groups;
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0; /* int16 sums of this run of groups */
+        for (int g = g0; g < g1; g++) {
+            _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
+            const int8_t *xg = x + g * 16;
+#pragma GCC unroll 4
+            for (int f = 0; f < 4; f++) { /* code field f of every byte: column 4f + j of the group */
+                const __m256i xf = _mm256_set1_epi32(load_i32(xg + 4 * f));
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 2 * f), m3), xf));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * f), m3), xf));
+            }
+        }
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
+    }
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i xs = _mm256_set1_epi32(xsum);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
+                                      _mm256_loadu_ps(row_scale)));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
+                                          _mm256_loadu_ps(row_scale + 8)));
+}
+
 static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     const int groups = kp / 16;
+    if (T == 1) {
+        for (int tile = n0 / 16; tile < n1 / 16; tile++)
+            ternary_tile_1(codes + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                           y + tile * 16);
+        return;
+    }
     for (int tile = n0 / 16; tile < n1 / 16; tile++)
         for (int half = 0; half < 2; half++) {
             const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;
@@ -120,10 +160,33 @@ static inline __attribute__((always_inline)) void int8_half(
     }
 }
 
+/* One token through a whole 16-row int8 tile (the head at decode), both halves per 64-byte line as in
+ * ternary_tile_1; |x| is computed once for both. Same sums as int8_half. */
+static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const float *row_scale, float xinv, float *y) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
+        const __m256i xv = _mm256_set1_epi32(load_i32(x + g * 4)), ax = _mm256_abs_epi8(xv);
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
+    }
+    const __m256 xi = _mm256_set1_ps(xinv);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc0), xi), _mm256_loadu_ps(row_scale)));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc1), xi), _mm256_loadu_ps(row_scale + 8)));
+}
+
 static void int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                         const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     (void)rowsum;
     const int groups = kp / 4;
+    if (T == 1) {
+        for (int tile = n0 / 16; tile < n1 / 16; tile++)
+            int8_tile_1(w + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xinv[0], y + tile * 16);
+        return;
+    }
     for (int tile = n0 / 16; tile < n1 / 16; tile++)
         for (int half = 0; half < 2; half++) {
             const int8_t *wt = w + (size_t)tile * groups * 64 + half * 32;

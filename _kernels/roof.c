@@ -3,13 +3,14 @@
  * token to say what decode speed to expect (bitnet_app/catalog.py). Plain C (the compiler vectorizes the
  * sums); benchmarks/ceilings/readbw.c is the AVX2 tool with prefetch that the benchmarks quote.
  *
- * The buffer (bytes, touched once first so its pages exist) is cut into CHUNKS pieces that the pool's
+ * The buffer (bytes, touched once first so its pages exist, advised for 2 MB pages like the weights) is cut into CHUNKS pieces that the pool's
  * threads take from an atomic counter (pool.h: whoever joins the job shares the work); the figure is the
  * best of `passes` timed passes. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "bitnet.h"
@@ -51,7 +52,12 @@ static double seconds(void) {
 double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes) {
     const size_t words = bytes / sizeof(uint64_t) / (CHUNKS * 4) * (CHUNKS * 4);
     if (words == 0 || passes < 1) return -1.0;
-    uint64_t *buf = aligned_alloc(64, words * sizeof(uint64_t));
+    /* 2 MB pages where the OS gives them, as the engine's weights get (bitnet_app/engine/resident.py) */
+    const size_t huge = (size_t)2 << 20, size = (words * sizeof(uint64_t) + huge - 1) / huge * huge;
+    uint64_t *buf = aligned_alloc(huge, size);
+#ifdef MADV_HUGEPAGE
+    if (buf) madvise(buf, size, MADV_HUGEPAGE);
+#endif
     bn_pool *pool = bn_pool_create(n_threads);
     if (!buf || !pool) {
         free(buf);

@@ -19,8 +19,8 @@ forward of N tokens at position --pos (block attention, blocks of 32), logits of
 so "python wrapper" = python - cython and "cython wrapper" = cython - the C call's own total.
 Each figure is the median over the repetitions (µs per forward), or with --stat best the fastest repetition.
 
-The ceiling is benchmarks/ceilings/int8_avx2.c (vpmaddubsw + vpmaddwd + vpaddd chains on registers, the
-engine's AVX2 inner step), built and run three times with the same number of threads before and after the forwards;
+The ceiling is benchmarks/ceilings/int8_avx2.c's "int8 ceiling" (the faster of vpmaddubsw + vpmaddwd + vpaddd
+chains and the ternary kernels' own step, vpmaddubsw + vpaddw, on registers), built and run three times with the same number of threads before and after the forwards;
 the best run counts. GMAC/s counts the ternary multiply-adds of the N rows (every layer's q, k, v, o,
 gate, up, down) plus the int8 head's for the one row of logits.
 
@@ -63,7 +63,7 @@ def macs_per_row(cfg: dict) -> int:
 
 def run_ceiling(exe: str, threads: int) -> float:
     out = subprocess.run([exe, str(threads)], check=True, capture_output=True, text=True).stdout
-    return float(re.search(r"GMAC/s ([\d.]+)", out).group(1))
+    return float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", out).group(1))
 
 
 def measure(engine, ids: np.ndarray, pos: int, n: int, repeats: int, iters: int, stat: str = "median") -> dict:

@@ -65,8 +65,8 @@ def ceilings() -> dict:
         for name in ("readbw", "int8_avx2"):
             build_ceiling(name, tmp)
         for th in (1, 2):
-            out[f"read_gb_s_t{th}"] = float(re.search(r"read GB/s ([\d.]+)", sh([f"{tmp}/readbw", str(th)])).group(1))
-            out[f"int8_gmac_s_t{th}"] = float(re.search(r"GMAC/s ([\d.]+)", sh([f"{tmp}/int8_avx2", str(th)])).group(1))
+            out[f"read_gb_s_t{th}"] = float(re.search(r"threads=\d+ read GB/s ([\d.]+)", sh([f"{tmp}/readbw", str(th)])).group(1))
+            out[f"int8_gmac_s_t{th}"] = float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", sh([f"{tmp}/int8_avx2", str(th)])).group(1))
     out["stream_gb_s"] = out["read_gb_s_t2"]
     out["batch_gmac_s"] = out["int8_gmac_s_t2"]
     return out

@@ -188,7 +188,7 @@ def measure_engine_roof(threads: int) -> dict:
 
 def parse_readbw(text: str) -> float:
     """readbw's "threads=N read GB/s X" -> X."""
-    m = re.search(r"read GB/s ([\d.]+)", text)
+    m = re.search(r"threads=\d+ read GB/s ([\d.]+)", text)
     if not m:
         raise ValueError(f"readbw printed no 'read GB/s' figure: {text[-200:]!r}")
     return float(m.group(1))

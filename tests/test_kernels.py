@@ -26,7 +26,9 @@ SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8),
           (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32),
           # the inner sizes of the Llama-family checkpoints (reference/model-families.md): down_proj's K = the
           # intermediate size of Falcon3-7B/10B (23040), Llama3-8B (14336) and 1bitLLM-3B (8640); hidden 3200
-          (32, 23040, 2), (16, 14336, 3), (48, 8640, 1), (32, 3200, 9)]
+          (32, 23040, 2), (16, 14336, 3), (48, 8640, 1), (32, 3200, 9),
+          # one token (decode: kernels_avx2.c's whole-tile path), several tiles, runs of 16 groups and a tail
+          (64, 2560, 1), (48, 264, 1)]
 
 
 def cpu_flags():
@@ -82,6 +84,26 @@ def test_ternary_matmul_matches_numpy(isa, N, K, T):
     y = _engine.kernel_ternary(isa, tiles, scale, x)
     exact = x[:, :K].astype(np.int64) @ w.T.astype(np.int64)          # (T, N) integers
     np.testing.assert_array_equal(y[:, :N], (exact.astype(np.float32) * np.float32(1.0)) * scale[:N])
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("x_value, w_value", [(-128, 1), (-128, -1), (127, 1), (127, -1)])
+def test_ternary_and_int8_matmuls_are_exact_at_the_extremes(isa, T, x_value, w_value):
+    """Every activation at -128 or 127 and every weight at the same extreme: the largest sums the int16 stages
+    of the AVX2 kernels hold (kernels_avx2.c GROUPS_PER_WIDEN) must still come out exact."""
+    N, K = 32, 2560
+    w = np.full((N, K), w_value, np.int8)
+    x = np.full((T, K), x_value, np.int8)
+    exact = (x.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float32)
+    tiles = pack_ternary_tiles(w)
+    y = _engine.kernel_ternary(isa, tiles, np.ones(tiles.shape[0] * 16, np.float32), x)
+    np.testing.assert_array_equal(y[:, :N], exact)
+    w8 = np.full((N, K), 127 * w_value, np.int8)
+    tiles8 = pack_int8_tiles(w8)
+    rowsum = w8.sum(axis=1, dtype=np.int32)
+    y8 = _engine.kernel_int8(isa, tiles8, np.ones(N, np.float32), rowsum, x)
+    np.testing.assert_array_equal(y8[:, :N], 127 * exact)
 
 
 @pytest.mark.parametrize("isa", PATHS)

@@ -23,10 +23,12 @@ kv "f16" (default with the int8 head: half the memory and attention traffic of f
 """
 import os
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 
 from .file import EngineFile
+from .resident import huge_pages_available, resident_copies, streamed_names
 
 ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
 
@@ -50,7 +52,11 @@ class Engine:
         if threads is None:
             threads = int(os.environ.get("BITNET_THREADS", 0)) or (os.cpu_count() or 1)
         isa = isa or os.environ.get(ISA_ENV) or None
-        self._c = _engine.CEngine(ef, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
+        weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors))
+        if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
+            hot = streamed_names(ef.tensors, lm_head)
+            weights.tensors.update(resident_copies({n: ef.tensors[n] for n in hot}))
+        self._c = _engine.CEngine(weights, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
         self._greedy = _engine.greedy_rows
         self.threads = self._c.threads

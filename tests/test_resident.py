@@ -1,0 +1,48 @@
+"""The streamed weights copied into huge-page memory (bitnet_app/engine/resident.py): the same numbers as the
+engine file, the same logits as reading the file's mmap, and nothing the forward does not stream."""
+import numpy as np
+import pytest
+
+from bitnet_app.engine import resident
+from bitnet_app.engine.runtime import Engine
+from test_engine import ids_for, tiny  # noqa: F401  (the module fixture)
+from test_kernels import PATHS
+
+
+def test_streamed_names_leave_out_the_embedding_unless_it_is_the_head():
+    tied = {"embed": 0, "norm": 0, "head.i8": 0, "head.scale": 0, "layers.0.qkv.codes": 0}
+    untied = dict(tied, lm_head=0)
+    assert set(resident.streamed_names(tied, "int8")) == {"norm", "head.i8", "head.scale", "layers.0.qkv.codes"}
+    assert "embed" in resident.streamed_names(tied, "exact")
+    assert set(resident.streamed_names(untied, "int8")) == set(resident.streamed_names(tied, "int8"))
+    exact_untied = resident.streamed_names(untied, "exact")
+    assert "lm_head" in exact_untied and "embed" not in exact_untied
+
+
+def test_copies_hold_the_same_values_in_new_aligned_memory():
+    rng = np.random.default_rng(0)
+    arrays = {"a": rng.integers(0, 255, (3, 5, 64), dtype=np.uint8), "b": rng.standard_normal(7).astype(np.float32),
+              "c": rng.integers(-128, 127, (33, 2), dtype=np.int8)}
+    copies = resident.resident_copies(arrays)
+    assert copies.keys() == arrays.keys()
+    for name, a in arrays.items():
+        c = copies[name]
+        assert c.dtype == a.dtype and c.shape == a.shape
+        np.testing.assert_array_equal(c, a)
+        assert not np.shares_memory(c, a)
+        assert c.ctypes.data % resident.ALIGN == 0
+    assert resident.resident_copies({}) == {}
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("head", ["int8", "exact"])
+def test_resident_and_mapped_weights_give_identical_logits(tiny, isa, head, monkeypatch):  # noqa: F811
+    ef, _ = tiny
+    ids = ids_for(ef, 9)
+    if not resident.huge_pages_available():
+        pytest.fail("this OS has no MADV_HUGEPAGE: the resident copy is never made here")
+    out = Engine(ef, lm_head=head, isa=isa, threads=2).forward(ids, rows=range(len(ids)))
+    monkeypatch.setenv(resident.WEIGHTS_ENV, "mapped")
+    assert not resident.huge_pages_available()
+    mapped = Engine(ef, lm_head=head, isa=isa, threads=2).forward(ids, rows=range(len(ids)))
+    np.testing.assert_array_equal(out, mapped)
