@@ -19,19 +19,18 @@ def test_streamed_names_leave_out_the_embedding_unless_it_is_the_head():
     assert "lm_head" in exact_untied and "embed" not in exact_untied
 
 
-def test_copies_hold_the_same_values_in_new_aligned_memory():
-    rng = np.random.default_rng(0)
-    arrays = {"a": rng.integers(0, 255, (3, 5, 64), dtype=np.uint8), "b": rng.standard_normal(7).astype(np.float32),
-              "c": rng.integers(-128, 127, (33, 2), dtype=np.int8)}
-    copies = resident.resident_copies(arrays)
-    assert copies.keys() == arrays.keys()
-    for name, a in arrays.items():
-        c = copies[name]
+def test_resident_tensors_hold_the_files_values_in_new_aligned_memory(tiny):  # noqa: F811
+    ef, _ = tiny
+    names = resident.streamed_names(ef.tensors, "exact")
+    copies = resident.resident_tensors(ef, names)
+    assert list(copies) == names
+    for name in names:
+        c, a = copies[name], ef.tensors[name]
         assert c.dtype == a.dtype and c.shape == a.shape
         np.testing.assert_array_equal(c, a)
         assert not np.shares_memory(c, a)
         assert c.ctypes.data % resident.ALIGN == 0
-    assert resident.resident_copies({}) == {}
+    assert resident.resident_tensors(ef, []) == {}
 
 
 @pytest.mark.parametrize("isa", PATHS)

@@ -6,10 +6,12 @@ Measured on an AMD EPYC Zen 3 (AVX2, 2 threads, 2B-4T shape, int8 head): decode 
 roof itself rises from ~25 to ~28 GB/s with 2 MB pages (benchmarks/ceilings/readbw.c measures both).
 
 What it costs: the copied bytes in RAM next to the file's page cache (which the OS may drop), and one read of
-them when the engine opens (~0.3 s per GB from the page cache).
+them when the engine opens (~0.3 s per GB from the page cache). They are read from the file (not copied from
+its mmap), so the file's pages are not also counted in the process's resident set.
 
     streamed_names(tensors, lm_head) -> the tensors a forward reads whole (not the embedding, read a row a token)
-    resident_copies(arrays)          -> {name: copy}, all in one anonymous mapping advised for huge pages
+    resident_tensors(ef, names)      -> {name: array}, read from the engine file into one anonymous mapping
+                                        advised for huge pages
 
 Where the OS has no MADV_HUGEPAGE (not Linux) nothing is copied and the engine reads the mmap as before.
 BITNET_WEIGHTS=mapped also keeps the mmap (for measuring the difference).
@@ -36,21 +38,29 @@ def huge_pages_available() -> bool:
     return hasattr(mmap, "MADV_HUGEPAGE") and os.environ.get(WEIGHTS_ENV, "resident") != "mapped"
 
 
-def resident_copies(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Copies of `arrays` (same dtypes and shapes) laid out one after another in one private anonymous mapping,
-    each at a multiple of ALIGN bytes; the mapping lives as long as any copy does."""
+def resident_tensors(ef, names: list[str]) -> dict[str, np.ndarray]:
+    """The tensors `names` of EngineFile `ef` (same dtypes and shapes as ef.tensors) read from its file into one
+    private anonymous mapping, each at a multiple of ALIGN bytes; the mapping lives as long as any array does."""
     offsets, total = {}, 0
-    for name, a in arrays.items():
+    for name in names:
         offsets[name] = total
-        total += -(-a.nbytes // ALIGN) * ALIGN
+        total += -(-ef.tensors[name].nbytes // ALIGN) * ALIGN
     if total == 0:
         return {}
     area = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     area.madvise(mmap.MADV_HUGEPAGE)   # advice only: without huge pages the copy still works
     buf = np.frombuffer(area, dtype=np.uint8)
     out = {}
-    for name, a in arrays.items():
-        dst = buf[offsets[name]:offsets[name] + a.nbytes]
-        dst[:] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        out[name] = dst.view(a.dtype).reshape(a.shape)
+    with open(ef.path, "rb", buffering=0) as f:
+        for name in names:
+            src, entry = ef.tensors[name], ef.meta["tensors"][name]
+            dst = buf[offsets[name]:offsets[name] + src.nbytes]
+            f.seek(entry["offset"])
+            got = f.readinto(memoryview(dst))
+            while got < src.nbytes:   # a read may return less than asked (files over 2 GB, signals)
+                more = f.readinto(memoryview(dst)[got:])
+                if not more:
+                    raise OSError(f"{ef.path} ended while reading {name}: the file changed after it was opened")
+                got += more
+            out[name] = dst.view(src.dtype).reshape(src.shape)
     return out

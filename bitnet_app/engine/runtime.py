@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .file import EngineFile
-from .resident import huge_pages_available, resident_copies, streamed_names
+from .resident import huge_pages_available, resident_tensors, streamed_names
 
 ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
 
@@ -55,7 +55,7 @@ class Engine:
         weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors))
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
             hot = streamed_names(ef.tensors, lm_head)
-            weights.tensors.update(resident_copies({n: ef.tensors[n] for n in hot}))
+            weights.tensors.update(resident_tensors(ef, hot))
         self._c = _engine.CEngine(weights, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
         self._greedy = _engine.greedy_rows
