@@ -13,8 +13,8 @@ The arithmetic, per model (body = the seven ternary projections of every layer):
                  4096-token conversation (or the model's context if shorter): 2 x L x ctx x G x hd x 2 bytes
     per token    the bytes one decode step streams: body / 4 + the int8 head (V x D); the KV cache read is
                  extra and grows with the conversation (not counted)
-    expected     read roof / bytes per token: the ceiling a decode step can reach (the engine reaches 67..78% of
-                 it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md)
+    expected     read roof / bytes per token: the ceiling a decode step can reach (the engine reaches 86..94% of
+                 it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md, session 7)
 Every figure is an estimate from the published shapes, not a measurement of the model; shapes marked
 `verified=False` come from the fact sheet's best estimate.
 """
