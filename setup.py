@@ -1,8 +1,8 @@
 """Builds the C engine (_kernels/) into the extension bitnet_app._engine.
 
 Each kernel file is compiled with its own instruction-set flags (kernels_avx2.c with AVX2+FMA,
-kernels_avx512.c with AVX512-VNNI) and the best path is chosen at run time, so one build runs on any
-x86-64 CPU; other CPUs get the portable C path. No OpenMP: the engine has its own pthread pool.
+kernels_avx512.c with AVX512-VNNI, kernels_avxvnni.c with AVX-VNNI where the compiler knows it) and the best
+path is chosen at run time, so one build runs on any x86-64 CPU; other CPUs get the portable C path. No OpenMP: the engine has its own pthread pool.
 """
 import os
 import platform
@@ -22,7 +22,10 @@ COMMON += os.environ.get("BITNET_CFLAGS", "").split()  # development knob, e.g. 
 ISA_FLAGS = {
     "kernels_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
     "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
+    "kernels_avxvnni.c": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],   # gcc >= 11, clang >= 12
+    "kernels_avxvnni_emulated.c": ["-mavx2", "-mfma", "-mf16c"],
 }
+AVXVNNI = "kernels_avxvnni.c"
 GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c"]
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
@@ -36,7 +39,11 @@ class BuildEngine(build_ext):
         if cc and not shutil.which(cc):
             sys.exit(f"error: compiler '{cc}' not found. {NO_COMPILER}")
         macros = [("BN_HAVE_X86", "1")] if IS_X86 else []
-        files = [(f, []) for f in GENERIC] + ([(f, fl) for f, fl in ISA_FLAGS.items()] if IS_X86 else [])
+        isa_files = dict(ISA_FLAGS) if IS_X86 else {}
+        if IS_X86 and not self._compiles_with(ISA_FLAGS[AVXVNNI]):  # an older compiler: no AVX-VNNI path
+            del isa_files[AVXVNNI]
+            macros.append(("BN_NO_AVXVNNI", "1"))
+        files = [(f, []) for f in GENERIC] + list(isa_files.items())
         objects = []
         try:
             for name, flags in files:
@@ -47,6 +54,19 @@ class BuildEngine(build_ext):
             sys.exit(f"error: building the engine failed: {exc}\n{NO_COMPILER if 'not found' in str(exc) else ''}")
         ext.extra_objects = objects
         super().build_extension(ext)
+
+    def _compiles_with(self, flags) -> bool:
+        """Whether the compiler accepts these flags (on an empty C file)."""
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "probe.c")
+            with open(src, "w") as f:
+                f.write("int bn_probe;\n")
+            try:
+                self.compiler.compile([src], output_dir=tmp, extra_postargs=flags)
+                return True
+            except (CCompilerError, CompileError, DistutilsExecError):
+                return False
 
     @staticmethod
     def _headers():

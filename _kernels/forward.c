@@ -563,7 +563,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     const bn_kernels *k = bn_select_kernels(isa);
     if (!k) {
         char msg[160];
-        snprintf(msg, sizeof msg, "kernel path '%s' is not supported by this CPU (or unknown); use avx512, avx2 or portable", isa);
+        snprintf(msg, sizeof msg, "kernel path '%s' is not supported by this CPU (or unknown); use avx512, avxvnni, avx2 or portable", isa);
         set_err(err, errlen, msg);
         return NULL;
     }

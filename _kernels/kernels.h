@@ -71,9 +71,22 @@ extern const bn_kernels bn_kernels_portable;
 #ifdef BN_HAVE_X86
 extern const bn_kernels bn_kernels_avx2;
 extern const bn_kernels bn_kernels_avx512;
+/* kernels_avxvnni.c: the two matmuls of the AVX-VNNI path (its other entries are AVX2's; dispatch.c builds the
+ * table), and the same code with vpdpbusd written in AVX2 (kernels_avxvnni_emulated.c, for tests) */
+void bn_avxvnni_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                        const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_avxvnni_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                                     const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+#ifndef BN_NO_AVXVNNI /* setup.py defines it when the compiler has no -mavxvnni */
+void bn_avxvnni_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                               const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                            const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+#endif
 #endif
 
-/* The best table for this CPU, or the one named by `force` ("avx512", "avx2", "portable").
+/* The best table for this CPU, or the one named by `force` ("avx512", "avxvnni", "avx2", "portable", or
+ * "avxvnni-emulated": the AVX-VNNI kernels in AVX2, for tests).
  * Returns NULL if the forced path is not supported by the CPU. */
 const bn_kernels *bn_select_kernels(const char *force);
 

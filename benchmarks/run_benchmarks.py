@@ -164,7 +164,7 @@ def main():
     from bitnet_app import _engine
     from bitnet_app.bench import synthetic_file
 
-    isas = [i for i in ("avx512", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
+    isas = [i for i in ("avx512", "avxvnni", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
     with synthetic_file("2b4t") as path:  # 1.5 GB, deleted at the end (bench --synthetic 2b4t --keep keeps one)
         commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO).strip()
         result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,

@@ -11,7 +11,9 @@ from bitnet_app.engine.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles
 
 def available_paths():
     paths = []
-    for isa in ("portable", "avx2", "avx512"):
+    # avxvnni-emulated: the AVX-VNNI kernels with vpdpbusd written in AVX2 (exactly), so that their code runs on
+    # every AVX2 machine; avxvnni itself only where the CPU has the instruction
+    for isa in ("portable", "avx2", "avxvnni-emulated", "avxvnni", "avx512"):
         try:
             _engine.kernel_name(isa)
             paths.append(isa)
@@ -47,6 +49,8 @@ def expected_best_path(flags):
     """The kernel path the dispatcher must pick for these CPU flags (the same rule as _kernels/dispatch.c)."""
     if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
         return "avx512-vnni"
+    if {"avx2", "fma", "f16c", "avx_vnni"} <= flags:
+        return "avxvnni"
     if {"avx2", "fma", "f16c"} <= flags:
         return "avx2"
     return "portable"
@@ -62,6 +66,8 @@ def test_this_machine_runs_its_fastest_path():
     assert _engine.kernel_name("") == best
     assert "portable" in PATHS
     assert ("avx2" in PATHS) == ({"avx2", "fma", "f16c"} <= flags)
+    assert ("avxvnni-emulated" in PATHS) == ("avx2" in PATHS)
+    assert ("avxvnni" in PATHS) == ({"avx2", "fma", "f16c", "avx_vnni"} <= flags)
     assert ("avx512" in PATHS) == (best == "avx512-vnni")
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from .file import EngineFile
 from .resident import huge_pages_available, resident_tensors, streamed_names
 
-ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avx2 | portable
+ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avxvnni | avx2 | portable (| avxvnni-emulated, for tests)
 
 
 class Engine:

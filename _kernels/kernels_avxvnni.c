@@ -1,0 +1,219 @@
+/* AVX-VNNI kernels: the 256-bit vpdpbusd of CPUs with AVX-VNNI but no AVX-512 (Intel 12th generation and later
+ * desktops and laptops; AMD Zen 4 and 5 have it too). Compiled with -mavx2 -mfma -mf16c -mavxvnni.
+ *
+ * Only the two matmuls differ from the AVX2 path (dispatch.c copies the AVX2 table and puts these two in): the
+ * tile layouts are the AVX2 ones (a 16-row tile is two 256-bit halves, rows 0-7 and 8-15, each 8 int32 lanes =
+ * 8 rows x 4 columns), and `vpdpbusd acc, u8, s8` adds the four u8 x s8 products of each lane to its int32 sum
+ * in one instruction, where AVX2 needs vpmaddubsw, a 16-bit add and, every 16 groups, vpmaddwd:
+ *   ternary: codes (0, 1, 2) x activations, minus xsum at the end (the +1 offset of the codes), as AVX2;
+ *   int8:    activations offset to u8 (x ^ 0x80 = x + 128) x s8 weights, minus 128 * rowsum at the end (the
+ *            AVX512 path's rule); no saturation anywhere, so every sum is exact.
+ *
+ * The same file compiled with BN_VNNI_EMULATED (kernels_avxvnni_emulated.c, AVX2 flags only) writes vpdpbusd with
+ * AVX2 instructions that give exactly its sums for every operand (dpbusd_avx2), so every line of these kernels is
+ * tested on any AVX2 machine, not only on the CPUs that have the instruction; only the instruction itself is not.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#ifdef BN_VNNI_EMULATED
+/* vpdpbusd in AVX2, exact for every operand: vpmaddubsw saturates a pair of u8 x s8 products at 16 bits, so the u8
+ * bytes are split into their low 7 bits (pair <= 2 x 127 x 128 = 32512) and their top bit (pair = 128 x (b0 + b1),
+ * within [-32768, 32512]), each pair sum is exact, and vpmaddwd adds them in 32 bits. */
+static inline __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(a, _mm256_set1_epi8(0x7f)), b);
+    const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(a, _mm256_set1_epi8((char)0x80)), b);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones)));
+}
+#define DPBUSD(acc, a, b) dpbusd_avx2((acc), (a), (b))
+#define VNNI_FN(name) bn_avxvnni_emulated_##name
+#else
+#define DPBUSD(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (a), (b))
+#define VNNI_FN(name) bn_avxvnni_##name
+#endif
+
+#define TOKENS_PER_BLOCK 8
+
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* One token through a whole 16-row tile (decode): both halves per 64-byte line, and one accumulator per code
+ * field and half (8 in all), so consecutive vpdpbusd do not wait for each other (latency 5, two per cycle). */
+static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const float *row_scale, int32_t xsum,
+                           float xinv, float *y) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i a[4][2]; /* [field][half] int32 sums */
+#pragma GCC unroll 4
+    for (int f = 0; f < 4; f++) a[f][0] = a[f][1] = _mm256_setzero_si256();
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
+#pragma GCC unroll 4
+        for (int f = 0; f < 4; f++) { /* code field f of every byte: column 4f + j of the group */
+            const __m256i xf = _mm256_set1_epi32(load_i32(x + g * 16 + 4 * f));
+            a[f][0] = DPBUSD(a[f][0], _mm256_and_si256(_mm256_srli_epi16(p, 2 * f), m3), xf);
+            a[f][1] = DPBUSD(a[f][1], _mm256_and_si256(_mm256_srli_epi16(q, 2 * f), m3), xf);
+        }
+    }
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i xs = _mm256_set1_epi32(xsum);
+    for (int h = 0; h < 2; h++) {
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(a[0][h], a[1][h]), _mm256_add_epi32(a[2][h], a[3][h]));
+        _mm256_storeu_ps(y + 8 * h, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, xs)), xi),
+                                                  _mm256_loadu_ps(row_scale + 8 * h)));
+    }
+}
+
+/* bt tokens (<= TOKENS_PER_BLOCK) through one 8-row half of a tile: each group's codes unpacked once, applied to
+ * every token of the block */
+static inline __attribute__((always_inline)) void ternary_half(
+    const uint8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
+    const int32_t *xsum, const float *xinv, float *y, int ldy) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i acc[TOKENS_PER_BLOCK];
+#pragma GCC unroll 8
+    for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+        const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+        const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
+        const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) {
+            const int8_t *xg = x + (size_t)b * kp + g * 16;
+            acc[b] = DPBUSD(acc[b], w0, _mm256_set1_epi32(load_i32(xg)));
+            acc[b] = DPBUSD(acc[b], w1, _mm256_set1_epi32(load_i32(xg + 4)));
+            acc[b] = DPBUSD(acc[b], w2, _mm256_set1_epi32(load_i32(xg + 8)));
+            acc[b] = DPBUSD(acc[b], w3, _mm256_set1_epi32(load_i32(xg + 12)));
+        }
+    }
+    const __m256 scale = _mm256_loadu_ps(row_scale);
+#pragma GCC unroll 8
+    for (int b = 0; b < bt; b++) {
+        const __m256i sum = _mm256_sub_epi32(acc[b], _mm256_set1_epi32(xsum[b]));
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
+        _mm256_storeu_ps(y + (size_t)b * ldy, v);
+    }
+}
+
+#define DISPATCH_BLOCKS(CALL)                                                        \
+    for (int t0 = 0; t0 < T;) {                                                      \
+        const int bt = T - t0 >= TOKENS_PER_BLOCK ? TOKENS_PER_BLOCK : T - t0;       \
+        switch (bt) {                                                                \
+            case 8: CALL(8); break;                                                  \
+            case 7: CALL(7); break;                                                  \
+            case 6: CALL(6); break;                                                  \
+            case 5: CALL(5); break;                                                  \
+            case 4: CALL(4); break;                                                  \
+            case 3: CALL(3); break;                                                  \
+            case 2: CALL(2); break;                                                  \
+            default: CALL(1); break;                                                 \
+        }                                                                            \
+        t0 += bt;                                                                    \
+    }
+
+void VNNI_FN(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups = kp / 16;
+    if (T == 1) {
+        for (int tile = n0 / 16; tile < n1 / 16; tile++)
+            ternary_tile_1(codes + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                           y + tile * 16);
+        return;
+    }
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;
+            const int row0 = tile * 16 + half * 8;
+#define TERNARY_CALL(BT) \
+    ternary_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xsum + t0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
+            DISPATCH_BLOCKS(TERNARY_CALL)
+#undef TERNARY_CALL
+        }
+}
+
+/* int8: the activations offset to u8 (x ^ 0x80 = x + 128), the sum corrected by 128 * rowsum at the end */
+#define INT8_X(xv) _mm256_xor_si256((xv), _mm256_set1_epi8((char)0x80))
+
+static inline __attribute__((always_inline)) void int8_half(
+    const int8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
+    const int32_t *rowsum, const float *xinv, float *y, int ldy) {
+    __m256i acc[TOKENS_PER_BLOCK];
+#pragma GCC unroll 8
+    for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
+    for (int g = 0; g < groups; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) {
+            const __m256i xv = INT8_X(_mm256_set1_epi32(load_i32(x + (size_t)b * kp + g * 4)));
+            acc[b] = DPBUSD(acc[b], xv, w);
+        }
+    }
+    const __m256 scale = _mm256_loadu_ps(row_scale);
+    const __m256i offset = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)rowsum), _mm256_set1_epi32(128));
+#pragma GCC unroll 8
+    for (int b = 0; b < bt; b++) {
+        const __m256i sum = _mm256_sub_epi32(acc[b], offset);
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
+        _mm256_storeu_ps(y + (size_t)b * ldy, v);
+    }
+}
+
+/* One token through a whole 16-row int8 tile (the head at decode), both halves per 64-byte line, two accumulators
+ * per half so that consecutive vpdpbusd do not wait for each other. */
+static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const float *row_scale, const int32_t *rowsum,
+                        float xinv, float *y) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0; /* a: even groups, b: odd groups */
+    int g = 0;
+    for (; g + 2 <= groups; g += 2) {
+        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + 2048 + 64), _MM_HINT_T0);
+        const __m256i x0 = INT8_X(_mm256_set1_epi32(load_i32(x + g * 4)));
+        const __m256i x1 = INT8_X(_mm256_set1_epi32(load_i32(x + g * 4 + 4)));
+        a0 = DPBUSD(a0, x0, _mm256_loadu_si256((const __m256i *)(wt + g * 64)));
+        a1 = DPBUSD(a1, x0, _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32)));
+        b0 = DPBUSD(b0, x1, _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 64)));
+        b1 = DPBUSD(b1, x1, _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 96)));
+    }
+    if (g < groups) {
+        const __m256i x0 = INT8_X(_mm256_set1_epi32(load_i32(x + g * 4)));
+        a0 = DPBUSD(a0, x0, _mm256_loadu_si256((const __m256i *)(wt + g * 64)));
+        a1 = DPBUSD(a1, x0, _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32)));
+    }
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i s[2] = {_mm256_add_epi32(a0, b0), _mm256_add_epi32(a1, b1)};
+    for (int h = 0; h < 2; h++) {
+        const __m256i offset = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(rowsum + 8 * h)),
+                                                  _mm256_set1_epi32(128));
+        _mm256_storeu_ps(y + 8 * h, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[h], offset)), xi),
+                                                  _mm256_loadu_ps(row_scale + 8 * h)));
+    }
+}
+
+void VNNI_FN(int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum, const int8_t *xq,
+                          const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups = kp / 4;
+    if (T == 1) {
+        for (int tile = n0 / 16; tile < n1 / 16; tile++)
+            int8_tile_1(w + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, rowsum + tile * 16, xinv[0],
+                        y + tile * 16);
+        return;
+    }
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int half = 0; half < 2; half++) {
+            const int8_t *wt = w + (size_t)tile * groups * 64 + half * 32;
+            const int row0 = tile * 16 + half * 8;
+#define INT8_CALL(BT) \
+    int8_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, rowsum + row0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
+            DISPATCH_BLOCKS(INT8_CALL)
+#undef INT8_CALL
+        }
+}
