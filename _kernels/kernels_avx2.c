@@ -12,8 +12,7 @@
 #include <string.h>
 
 #include "kernels.h"
-
-#define TOKENS_PER_BLOCK 8
+#include "token_blocks.h"
 
 static inline int32_t load_i32(const void *p) {
     int32_t v;
@@ -64,22 +63,6 @@ static inline __attribute__((always_inline)) void ternary_half(
         _mm256_storeu_ps(y + (size_t)b * ldy, v);
     }
 }
-
-#define DISPATCH_BLOCKS(CALL)                                                        \
-    for (int t0 = 0; t0 < T;) {                                                      \
-        const int bt = T - t0 >= TOKENS_PER_BLOCK ? TOKENS_PER_BLOCK : T - t0;       \
-        switch (bt) {                                                                \
-            case 8: CALL(8); break;                                                  \
-            case 7: CALL(7); break;                                                  \
-            case 6: CALL(6); break;                                                  \
-            case 5: CALL(5); break;                                                  \
-            case 4: CALL(4); break;                                                  \
-            case 3: CALL(3); break;                                                  \
-            case 2: CALL(2); break;                                                  \
-            default: CALL(1); break;                                                 \
-        }                                                                            \
-        t0 += bt;                                                                    \
-    }
 
 /* One token (decode) through a whole 16-row tile: per group of 16 columns both 32-byte halves (rows 0-7 and 8-15)
  * at once, so each 64-byte line of the tile is read once and each activation broadcast serves both halves.

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "token_blocks.h"
 
 #ifdef BN_VNNI_EMULATED
 /* vpdpbusd in AVX2, exact for every operand: vpmaddubsw saturates a pair of u8 x s8 products at 16 bits, so the u8
@@ -34,8 +35,6 @@ static inline __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
 #define DPBUSD(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (a), (b))
 #define VNNI_FN(name) bn_avxvnni_##name
 #endif
-
-#define TOKENS_PER_BLOCK 8
 
 static inline int32_t load_i32(const void *p) {
     int32_t v;
@@ -102,22 +101,6 @@ static inline __attribute__((always_inline)) void ternary_half(
         _mm256_storeu_ps(y + (size_t)b * ldy, v);
     }
 }
-
-#define DISPATCH_BLOCKS(CALL)                                                        \
-    for (int t0 = 0; t0 < T;) {                                                      \
-        const int bt = T - t0 >= TOKENS_PER_BLOCK ? TOKENS_PER_BLOCK : T - t0;       \
-        switch (bt) {                                                                \
-            case 8: CALL(8); break;                                                  \
-            case 7: CALL(7); break;                                                  \
-            case 6: CALL(6); break;                                                  \
-            case 5: CALL(5); break;                                                  \
-            case 4: CALL(4); break;                                                  \
-            case 3: CALL(3); break;                                                  \
-            case 2: CALL(2); break;                                                  \
-            default: CALL(1); break;                                                 \
-        }                                                                            \
-        t0 += bt;                                                                    \
-    }
 
 void VNNI_FN(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                              const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
