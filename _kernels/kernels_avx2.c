@@ -98,29 +98,10 @@ static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const
                                           _mm256_loadu_ps(row_scale + 8)));
 }
 
-static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
-                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16;
-    if (T == 1) {
-        for (int tile = n0 / 16; tile < n1 / 16; tile++)
-            ternary_tile_1(codes + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xsum[0], xinv[0],
-                           y + tile * 16);
-        return;
-    }
-    for (int tile = n0 / 16; tile < n1 / 16; tile++)
-        for (int half = 0; half < 2; half++) {
-            const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;
-            const int row0 = tile * 16 + half * 8;
-#define TERNARY_CALL(BT) \
-    ternary_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xsum + t0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
-            DISPATCH_BLOCKS(TERNARY_CALL)
-#undef TERNARY_CALL
-        }
-}
-
 static inline __attribute__((always_inline)) void int8_half(
     const int8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
-    const float *xinv, float *y, int ldy) {
+    const int32_t *rowsum, const float *xinv, float *y, int ldy) {
+    (void)rowsum; /* |x| x sign(w, x) needs no correction */
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[TOKENS_PER_BLOCK];
 #pragma GCC unroll 8
@@ -145,7 +126,9 @@ static inline __attribute__((always_inline)) void int8_half(
 
 /* One token through a whole 16-row int8 tile (the head at decode), both halves per 64-byte line as in
  * ternary_tile_1; |x| is computed once for both. Same sums as int8_half. */
-static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const float *row_scale, float xinv, float *y) {
+static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const float *row_scale, const int32_t *rowsum,
+                        float xinv, float *y) {
+    (void)rowsum;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;
     for (int g = 0; g < groups; g++) {
@@ -161,25 +144,7 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
     _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc1), xi), _mm256_loadu_ps(row_scale + 8)));
 }
 
-static void int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
-                        const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    (void)rowsum;
-    const int groups = kp / 4;
-    if (T == 1) {
-        for (int tile = n0 / 16; tile < n1 / 16; tile++)
-            int8_tile_1(w + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xinv[0], y + tile * 16);
-        return;
-    }
-    for (int tile = n0 / 16; tile < n1 / 16; tile++)
-        for (int half = 0; half < 2; half++) {
-            const int8_t *wt = w + (size_t)tile * groups * 64 + half * 32;
-            const int row0 = tile * 16 + half * 8;
-#define INT8_CALL(BT) \
-    int8_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
-            DISPATCH_BLOCKS(INT8_CALL)
-#undef INT8_CALL
-        }
-}
+#include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -716,7 +681,7 @@ static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const
 }
 
 const bn_kernels bn_kernels_avx2 = {
-    .name = "avx2", .ternary_matmul = ternary_matmul, .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul,
+    .name = "avx2", .ternary_matmul = ternary_walk, .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
     .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_expsum = max_expsum,

@@ -102,26 +102,6 @@ static inline __attribute__((always_inline)) void ternary_half(
     }
 }
 
-void VNNI_FN(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
-                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16;
-    if (T == 1) {
-        for (int tile = n0 / 16; tile < n1 / 16; tile++)
-            ternary_tile_1(codes + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xsum[0], xinv[0],
-                           y + tile * 16);
-        return;
-    }
-    for (int tile = n0 / 16; tile < n1 / 16; tile++)
-        for (int half = 0; half < 2; half++) {
-            const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;
-            const int row0 = tile * 16 + half * 8;
-#define TERNARY_CALL(BT) \
-    ternary_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xsum + t0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
-            DISPATCH_BLOCKS(TERNARY_CALL)
-#undef TERNARY_CALL
-        }
-}
-
 /* int8: the activations offset to u8 (x ^ 0x80 = x + 128), the sum corrected by 128 * rowsum at the end */
 #define INT8_X(xv) _mm256_xor_si256((xv), _mm256_set1_epi8((char)0x80))
 
@@ -181,22 +161,14 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
     }
 }
 
+#include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
+
+void VNNI_FN(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    ternary_walk(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+}
+
 void VNNI_FN(int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum, const int8_t *xq,
                           const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 4;
-    if (T == 1) {
-        for (int tile = n0 / 16; tile < n1 / 16; tile++)
-            int8_tile_1(w + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, rowsum + tile * 16, xinv[0],
-                        y + tile * 16);
-        return;
-    }
-    for (int tile = n0 / 16; tile < n1 / 16; tile++)
-        for (int half = 0; half < 2; half++) {
-            const int8_t *wt = w + (size_t)tile * groups * 64 + half * 32;
-            const int row0 = tile * 16 + half * 8;
-#define INT8_CALL(BT) \
-    int8_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, rowsum + row0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
-            DISPATCH_BLOCKS(INT8_CALL)
-#undef INT8_CALL
-        }
+    int8_walk(w, kp, row_scale, rowsum, xq, xinv, T, n0, n1, y, ldy);
 }
