@@ -45,3 +45,29 @@ def test_resident_and_mapped_weights_give_identical_logits(tiny, isa, head, monk
     assert not resident.huge_pages_available()
     mapped = Engine(ef, lm_head=head, isa=isa, threads=2).forward(ids, rows=range(len(ids)))
     np.testing.assert_array_equal(out, mapped)
+
+
+def test_no_room_for_the_copy_falls_back_to_the_files_mmap(tiny, monkeypatch):  # noqa: F811
+    import errno
+    from bitnet_app.engine import runtime
+    ef, _ = tiny
+    ids = ids_for(ef, 5)
+    want = Engine(ef, threads=2).forward(ids, rows=range(len(ids)))
+
+    def no_memory(*args):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+    monkeypatch.setattr(runtime, "resident_tensors", no_memory)
+    np.testing.assert_array_equal(Engine(ef, threads=2).forward(ids, rows=range(len(ids))), want)
+
+
+def test_a_file_cut_short_after_opening_is_an_error_not_a_crash(tiny, tmp_path):  # noqa: F811
+    import shutil
+    from bitnet_app.engine.file import EngineFile
+    ef, _ = tiny
+    path = tmp_path / "m.bitnet"
+    shutil.copy(ef.path, path)
+    opened = EngineFile(str(path))
+    with open(path, "r+b") as f:
+        f.truncate(opened.meta["tensors"]["head.i8"]["offset"] + 8)
+    with pytest.raises(OSError, match="changed after it was opened"):
+        Engine(opened, threads=2)

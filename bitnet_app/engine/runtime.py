@@ -21,6 +21,7 @@ lm_head "int8" (default; per-row scales, half the bytes of bf16) or "exact" (the
 kv "f16" (default with the int8 head: half the memory and attention traffic of float32) or "f32"
 (default with the exact head, so that "exact" reproduces the fp32 reference).
 """
+import errno
 import os
 import threading
 from types import SimpleNamespace
@@ -54,8 +55,11 @@ class Engine:
         isa = isa or os.environ.get(ISA_ENV) or None
         weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors))
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
-            hot = streamed_names(ef.tensors, lm_head)
-            weights.tensors.update(resident_tensors(ef, hot))
+            try:
+                weights.tensors.update(resident_tensors(ef, streamed_names(ef.tensors, lm_head)))
+            except (MemoryError, OSError) as exc:  # no room for the copy: read the mmap instead
+                if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
+                    raise  # e.g. the file shrank since it was opened: reading its mmap would crash later
         self._c = _engine.CEngine(weights, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
         self._greedy = _engine.greedy_rows
