@@ -56,7 +56,7 @@ def test_no_room_for_the_copy_falls_back_to_the_files_mmap(tiny, monkeypatch):  
 
     def no_memory(*args):
         raise OSError(errno.ENOMEM, "Cannot allocate memory")
-    monkeypatch.setattr(runtime, "resident_tensors", no_memory)
+    monkeypatch.setattr(runtime, "shared_resident", no_memory)
     np.testing.assert_array_equal(Engine(ef, threads=2).forward(ids, rows=range(len(ids))), want)
 
 
@@ -71,3 +71,24 @@ def test_a_file_cut_short_after_opening_is_an_error_not_a_crash(tiny, tmp_path):
         f.truncate(opened.meta["tensors"]["head.i8"]["offset"] + 8)
     with pytest.raises(OSError, match="changed after it was opened"):
         Engine(opened, threads=2)
+
+
+def test_engines_of_one_file_share_one_resident_copy(tiny, tmp_path):  # noqa: F811
+    import gc
+    import shutil
+    from bitnet_app.engine.file import EngineFile
+    ef, _ = tiny
+    a, b = Engine(ef, threads=2), Engine(ef, threads=2)
+    name = "layers.0.qkv.codes"
+    assert np.shares_memory(a._weights.tensors[name], b._weights.tensors[name])
+    assert not np.shares_memory(a._weights.tensors[name], ef.tensors[name])
+    assert not np.shares_memory(a._weights.tensors[name], Engine(ef, lm_head="exact", threads=2)._weights.tensors[name])
+    path = tmp_path / "copy.bitnet"            # another file with the same bytes: its own copy
+    shutil.copy(ef.path, path)
+    other = Engine(EngineFile(str(path)), threads=2)
+    assert not np.shares_memory(a._weights.tensors[name], other._weights.tensors[name])
+    kept = a._weights.tensors[name].copy()
+    del a, b, other
+    gc.collect()
+    c = Engine(ef, threads=2)                  # the copy went with its engines; a new one has the same values
+    np.testing.assert_array_equal(c._weights.tensors[name], kept)

@@ -12,12 +12,16 @@ its mmap), so the file's pages are not also counted in the process's resident se
     streamed_names(tensors, lm_head) -> the tensors a forward reads whole (not the embedding, read a row a token)
     resident_tensors(ef, names)      -> {name: array}, read from the engine file into one anonymous mapping
                                         advised for huge pages
+    shared_resident(ef, names)       -> a Resident holding those arrays, shared by every engine of the same file
+                                        in this process (the app's Compare view opens a second engine: one copy)
 
 Where the OS has no MADV_HUGEPAGE (not Linux) nothing is copied and the engine reads the mmap as before.
 BITNET_WEIGHTS=mapped also keeps the mmap (for measuring the difference).
 """
 import mmap
 import os
+import threading
+import weakref
 
 import numpy as np
 
@@ -64,3 +68,27 @@ def resident_tensors(ef, names: list[str]) -> dict[str, np.ndarray]:
                 got += more
             out[name] = dst.view(src.dtype).reshape(src.shape)
     return out
+
+
+class Resident:
+    """The resident arrays of one engine file; engines keep this object, and the copy lives while one does."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+
+
+_shared = weakref.WeakValueDictionary()   # (file identity, names) -> Resident
+_shared_lock = threading.Lock()
+
+
+def shared_resident(ef, names: list[str]) -> Resident:
+    """resident_tensors(ef, names), made once per file and set of names while any engine still holds it. The file
+    is told apart by device, inode, size and modification time, so a file converted again gets a new copy."""
+    st = os.stat(ef.path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tuple(names))
+    with _shared_lock:
+        held = _shared.get(key)
+        if held is None:
+            held = Resident(resident_tensors(ef, names))
+            _shared[key] = held
+        return held

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .file import EngineFile
-from .resident import huge_pages_available, resident_tensors, streamed_names
+from .resident import huge_pages_available, shared_resident, streamed_names
 
 ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avxvnni | avx2 | portable (| avxvnni-emulated, for tests)
 
@@ -56,10 +56,12 @@ class Engine:
         weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors))
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
             try:
-                weights.tensors.update(resident_tensors(ef, streamed_names(ef.tensors, lm_head)))
+                weights.resident = shared_resident(ef, streamed_names(ef.tensors, lm_head))  # kept by the engine
+                weights.tensors.update(weights.resident.arrays)
             except (MemoryError, OSError) as exc:  # no room for the copy: read the mmap instead
                 if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
                     raise  # e.g. the file shrank since it was opened: reading its mmap would crash later
+        self._weights = weights  # the arrays the C engine points into
         self._c = _engine.CEngine(weights, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
         self._greedy = _engine.greedy_rows
