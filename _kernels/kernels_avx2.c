@@ -14,6 +14,11 @@
 #include "kernels.h"
 #include "token_blocks.h"
 
+/* A value the compiler must hold in a register as it is at this point (an empty asm that "changes" it): stops
+ * GCC from folding one load into two instructions, or from regrouping a sum in a way that needs more registers
+ * than AVX2 has (it then spills accumulators to the stack inside the hot loop). */
+#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+
 static inline int32_t load_i32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -50,6 +55,7 @@ static inline __attribute__((always_inline)) void ternary_half(
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
                 acc16[b] = _mm256_add_epi16(acc16[b], s);
+                KEEP_IN_REGISTER(acc16[b]);
             }
         }
 #pragma GCC unroll 8
@@ -114,6 +120,7 @@ static inline __attribute__((always_inline)) void int8_half(
             const __m256i xv = _mm256_set1_epi32(load_i32(x + (size_t)b * kp + g * 4));
             const __m256i prod = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(w, xv));
             acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(prod, ones));
+            KEEP_IN_REGISTER(acc[b]);
         }
     }
     const __m256 scale = _mm256_loadu_ps(row_scale);
@@ -444,9 +451,6 @@ static void softmax_row(float *row, int n) {
  * hd) while computing with it, and every later (row, head) of the item reads the tile: each half is converted once
  * per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or unused (KEEP = 0). */
 
-/* A loaded vector that two FMAs use: without this GCC folds the load into both FMAs (two loads instead of one),
- * and the loads, not the FMAs, then set the pace. */
-#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
 
 /* Scores of one or two query heads (NH; qa, qb) for keys k + j*ld, j < nk <= 4 (NH = 2) or 8 (NH = 1):
  * ra[j] (rb[j]) = (q . k_j) * scale. Eight dot products share one vector sum (sum8); each is an FMA chain over
