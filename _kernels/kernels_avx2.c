@@ -14,6 +14,11 @@
 #include "kernels.h"
 #include "token_blocks.h"
 
+/* A value the compiler must hold in a register as it is at this point (an empty asm that "changes" it): stops
+ * GCC from folding one load into two instructions, or from regrouping a sum in a way that needs more registers
+ * than AVX2 has (it then spills accumulators to the stack inside the hot loop). */
+#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+
 static inline int32_t load_i32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -50,6 +55,7 @@ static inline __attribute__((always_inline)) void ternary_half(
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, _mm256_set1_epi32(load_i32(xg + 8))));
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, _mm256_set1_epi32(load_i32(xg + 12))));
                 acc16[b] = _mm256_add_epi16(acc16[b], s);
+                KEEP_IN_REGISTER(acc16[b]);
             }
         }
 #pragma GCC unroll 8
@@ -114,6 +120,7 @@ static inline __attribute__((always_inline)) void int8_half(
             const __m256i xv = _mm256_set1_epi32(load_i32(x + (size_t)b * kp + g * 4));
             const __m256i prod = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(w, xv));
             acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(prod, ones));
+            KEEP_IN_REGISTER(acc[b]);
         }
     }
     const __m256 scale = _mm256_loadu_ps(row_scale);
@@ -444,9 +451,6 @@ static void softmax_row(float *row, int n) {
  * hd) while computing with it, and every later (row, head) of the item reads the tile: each half is converted once
  * per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or unused (KEEP = 0). */
 
-/* A loaded vector that two FMAs use: without this GCC folds the load into both FMAs (two loads instead of one),
- * and the loads, not the FMAs, then set the pace. */
-#define KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
 
 /* Scores of one or two query heads (NH; qa, qb) for keys k + j*ld, j < nk <= 4 (NH = 2) or 8 (NH = 1):
  * ra[j] (rb[j]) = (q . k_j) * scale. Eight dot products share one vector sum (sum8); each is an FMA chain over
@@ -503,16 +507,18 @@ static inline __attribute__((always_inline)) void scores_run(const float *qa, co
 }
 
 /* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows v + s*ld), and the same for ob, pb when NH = 2 (each
- * value row loaded once for both heads). Per column one FMA chain in s order, as one head alone gives it. */
+ * value row loaded once for both heads). Per column one FMA chain in s order, as one head alone gives it.
+ * fresh: the first tile, whose chains start from zero instead of loading oa (which then need not be cleared
+ * first: a load right after memset's stores waits for them, ~15% of the attention's time). */
 static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, const int NH, int n,
                                                               const void *v, size_t ld, const int kv16, int c0,
                                                               const int NC, float *oa, float *ob, float *keep, int hd,
-                                                              const int KEEP) {
+                                                              const int KEEP, int fresh) {
     __m256 a[6], b[6];
 #pragma GCC unroll 6
     for (int c = 0; c < NC; c++) {
-        a[c] = _mm256_loadu_ps(oa + c0 + 8 * c);
-        if (NH == 2) b[c] = _mm256_loadu_ps(ob + c0 + 8 * c);
+        a[c] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(oa + c0 + 8 * c);
+        if (NH == 2) b[c] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(ob + c0 + 8 * c);
     }
     for (int s = 0; s < n; s++) {
         const __m256 xa = _mm256_set1_ps(pa[s]), xb = NH == 2 ? _mm256_set1_ps(pb[s]) : xa;
@@ -536,13 +542,13 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
  * a time (12 accumulators for two heads) */
 static inline __attribute__((always_inline)) void values_run(const float *pa, const float *pb, const int NH, int n,
                                                              int hd, const void *v, size_t ld, const int kv16,
-                                                             float *oa, float *ob, float *keep, const int KEEP) {
+                                                             float *oa, float *ob, float *keep, const int KEEP, int fresh) {
     for (int c0 = 0; c0 < hd; c0 += 48) {
         switch ((hd - c0) / 8 < 6 ? (hd - c0) / 8 : 6) {
 #define VALUES_CASE(NC) \
-    case NC: values_cols(pa, pb, NH, n, v, ld, kv16, c0, NC, oa, ob, keep, hd, KEEP); break;
+    case NC: values_cols(pa, pb, NH, n, v, ld, kv16, c0, NC, oa, ob, keep, hd, KEEP, fresh); break;
             VALUES_CASE(6) VALUES_CASE(5) VALUES_CASE(4) VALUES_CASE(3) VALUES_CASE(2)
-            default: values_cols(pa, pb, NH, n, v, ld, kv16, c0, 1, oa, ob, keep, hd, KEEP); break;
+            default: values_cols(pa, pb, NH, n, v, ld, kv16, c0, 1, oa, ob, keep, hd, KEEP, fresh); break;
 #undef VALUES_CASE
         }
     }
@@ -552,7 +558,8 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
  * tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
  *   1. scores (nr, nq, E): each row for its own keys of the tile (none once past its end)
  *   2. softmax per (row, head) over [0, ends[r])
- *   3. out += p . v, tile by tile (the running sums pass through out, which changes no bit of them)
+ *   3. out = p . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
+ *      changes no bit of them)
  * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
  * the fp16 cache and keeping the converted tile for the others. */
 #define KEY_TILE BN_ATTN_KEY_TILE
@@ -587,11 +594,8 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
             }
         }
     }
-    for (int r = 0; r < nr; r++)
-        for (int h = 0; h < nq; h++) {
-            softmax_row(SCORES(r, h), ends[r]);
-            memset(out + (size_t)r * ldo + (size_t)h * hd, 0, sizeof(float) * (size_t)hd);
-        }
+    for (int r = 0; r < nr; r++) /* (out is not cleared: the first tile, which every row sees, starts the sums) */
+        for (int h = 0; h < nq; h++) softmax_row(SCORES(r, h), ends[r]);
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)v + (size_t)s0 * ld * elem;
@@ -605,9 +609,9 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
                 const float *pa = SCORES(r, h) + s0, *pb = two ? SCORES(r, h + 1) + s0 : pa;
                 float *oa = orow + (size_t)h * hd, *ob = two ? oa + hd : oa;
 #define VALUES_FROM(NH)                                                                                  \
-    if (!conv) values_run(pa, pb, NH, nk, hd, src, ld, kv16, oa, ob, NULL, 0);                           \
-    else if (i == 0 && h == 0) values_run(pa, pb, NH, nk, hd, src, ld, 1, oa, ob, tile, 1);              \
-    else values_run(pa, pb, NH, nk, hd, tile, (size_t)hd, 0, oa, ob, NULL, 0);
+    if (!conv) values_run(pa, pb, NH, nk, hd, src, ld, kv16, oa, ob, NULL, 0, s0 == 0);                  \
+    else if (i == 0 && h == 0) values_run(pa, pb, NH, nk, hd, src, ld, 1, oa, ob, tile, 1, s0 == 0);     \
+    else values_run(pa, pb, NH, nk, hd, tile, (size_t)hd, 0, oa, ob, NULL, 0, s0 == 0);
                 if (two) { VALUES_FROM(2) } else { VALUES_FROM(1) }
 #undef VALUES_FROM
                 h += two ? 2 : 1;
