@@ -40,6 +40,22 @@ static void build_vnni_tables(void) {
     avxvnni_table.int8_matmul = bn_avxvnni_int8_matmul;
 #endif
 }
+/* The AVX-512 table: kernels_avx512.c's entries, and AVX2's fused steps where it has none of its own (multi-row
+ * attention, the greedy confidence, silu): a 256-bit kernel beats forward.c's generic loop on these CPUs too. */
+static bn_kernels avx512_table;
+static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
+static void build_avx512_table(void) {
+    avx512_table = bn_kernels_avx512;
+    if (!avx512_table.attend_rows) avx512_table.attend_rows = bn_kernels_avx2.attend_rows;
+    if (!avx512_table.max_expsum) avx512_table.max_expsum = bn_kernels_avx2.max_expsum;
+    if (!avx512_table.silu_mul) avx512_table.silu_mul = bn_kernels_avx2.silu_mul;
+}
+static const bn_kernels *avx512(void) {
+    if (!has_avx512_vnni()) return NULL;
+    pthread_once(&avx512_once, build_avx512_table);
+    return &avx512_table;
+}
+
 static const bn_kernels *avxvnni(int emulated) {
     pthread_once(&vnni_once, build_vnni_tables);
     if (emulated) return has_avx2() ? &avxvnni_emulated_table : NULL;
@@ -54,7 +70,7 @@ const bn_kernels *bn_select_kernels(const char *force) {
     if (force && *force) {
         if (!strcmp(force, "portable")) return &bn_kernels_portable;
 #ifdef BN_HAVE_X86
-        if (!strcmp(force, "avx512") || !strcmp(force, "avx512-vnni")) return has_avx512_vnni() ? &bn_kernels_avx512 : NULL;
+        if (!strcmp(force, "avx512") || !strcmp(force, "avx512-vnni")) return avx512();
         if (!strcmp(force, "avxvnni")) return avxvnni(0);
         if (!strcmp(force, "avxvnni-emulated")) return avxvnni(1);
         if (!strcmp(force, "avx2")) return has_avx2() ? &bn_kernels_avx2 : NULL;
@@ -62,7 +78,7 @@ const bn_kernels *bn_select_kernels(const char *force) {
         return NULL;
     }
 #ifdef BN_HAVE_X86
-    if (has_avx512_vnni()) return &bn_kernels_avx512;
+    if (has_avx512_vnni()) return avx512();
     if (avxvnni(0)) return avxvnni(0);
     if (has_avx2()) return &bn_kernels_avx2;
 #endif

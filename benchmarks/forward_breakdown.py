@@ -19,8 +19,10 @@ forward of N tokens at position --pos (block attention, blocks of 32), logits of
 so "python wrapper" = python - cython and "cython wrapper" = cython - the C call's own total.
 Each figure is the median over the repetitions (µs per forward), or with --stat best the fastest repetition.
 
-The ceiling is benchmarks/ceilings/int8_avx2.c's "int8 ceiling" (the faster of vpmaddubsw + vpmaddwd + vpaddd
-chains and the ternary kernels' own step, vpmaddubsw + vpaddw, on registers), built and run three times with the same number of threads before and after the forwards;
+The ceiling is the "int8 ceiling" of the path's tool (run_benchmarks.ceiling_tool): for the 256-bit paths
+benchmarks/ceilings/int8_avx2.c (the faster of vpmaddubsw + vpmaddwd + vpaddd chains and the ternary kernels' own
+step, vpmaddubsw + vpaddw, on registers), for the avx512 path benchmarks/ceilings/int8_vnni.c (vpdpbusd on zmm
+registers), built and run three times with the same number of threads before and after the forwards;
 the best run counts. GMAC/s counts the ternary multiply-adds of the N rows (every layer's q, k, v, o,
 gate, up, down) plus the int8 head's for the one row of logits.
 
@@ -42,7 +44,7 @@ import time
 
 import numpy as np
 
-from benchmarks.run_benchmarks import build_ceiling
+from benchmarks.run_benchmarks import build_ceiling, ceiling_tool
 from benchmarks.training_pause import TrainingPause, raise_on_signal, training_pid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -175,9 +177,10 @@ def main(argv=None) -> int:
            .group(1).strip(), "model": os.path.abspath(eng.file.path) if hasattr(eng.file, "path") else src,
            "config": cfg, "isa": eng.isa, "threads": eng.threads, "lm_head": eng.lm_head, "kv": eng.kv,
            "pos": pos, "repeats": args.repeats, "iters": args.iters, "stat": args.stat,
-           "load_average": os.getloadavg(), "macs_per_row": macs_per_row(cfg), "rows": {}}
+           "load_average": os.getloadavg(), "macs_per_row": macs_per_row(cfg), "rows": {},
+           "ceiling_tool": ceiling_tool(eng.isa)}
     with tempfile.TemporaryDirectory() as tmp:
-        exe = build_ceiling("int8_avx2", tmp)
+        exe = build_ceiling(ceiling_tool(eng.isa), tmp)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, raise_on_signal)
         with TrainingPause(training_pid() if args.pause_training else None):
@@ -193,7 +196,7 @@ def main(argv=None) -> int:
     print(f"{res['cpu']}, {res['threads']} threads, isa {res['isa']}, lm_head {res['lm_head']}, kv {res['kv']}; "
           f"{res['date']}, commit {res['commit']}")
     print(f"model {cfg}; block of N rows at position {pos}, logits of 1 row; {args.stat} of {args.repeats} x "
-          f"{args.iters} forwards; int8 ceiling {ceil} GMAC/s (3 before, 3 after); load average "
+          f"{args.iters} forwards; int8 ceiling ({res['ceiling_tool']}) {ceil} GMAC/s (3 before, 3 after); load average "
           f"{res['load_average'][0]:.1f}")
     print(table(res))
     if args.json:

@@ -47,29 +47,57 @@ def machine() -> dict:
 CEILINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ceilings")
 
 
+# compile flags per ceiling tool: the plain AVX2 ones run on every CPU the fast paths run on; int8_vnni needs
+# AVX-512 VNNI (it is measured only where the CPU has it)
+CEILING_FLAGS = {"readbw": ["-mavx2"], "int8_avx2": ["-mavx2"],
+                 "int8_vnni": ["-mavx512f", "-mavx512bw", "-mavx512vnni"]}
+
+
 def build_ceiling(name: str, folder: str) -> str:
-    """Compile ceilings/<name>.c (readbw, int8_avx2) into `folder`; the program's path."""
+    """Compile ceilings/<name>.c (readbw, int8_avx2, int8_vnni) into `folder`; the program's path."""
     exe = os.path.join(folder, name)
-    subprocess.run(["gcc", "-O2", "-mavx2", "-pthread", os.path.join(CEILINGS, f"{name}.c"), "-o", exe],
+    subprocess.run(["gcc", "-O2", *CEILING_FLAGS[name], "-pthread", os.path.join(CEILINGS, f"{name}.c"), "-o", exe],
                    check=True, capture_output=True, text=True)
     return exe
 
 
+def has_avx512_vnni() -> bool:
+    return "avx512_vnni" in machine()["flags"]
+
+
+def ceiling_tool(isa: str) -> str:
+    """The int8 ceiling tool of a kernel path: vpdpbusd on zmm registers for the AVX-512 path, the AVX2 int8 steps
+    for the others (the AVX-VNNI path's 256-bit vpdpbusd is measured against AVX2's ceiling: a stricter bar on
+    CPUs where vpdpbusd beats vpmaddubsw + vpaddw, and no CPU here has AVX-VNNI to measure)."""
+    return "int8_vnni" if isa.startswith("avx512") else "int8_avx2"
+
+
 def ceilings() -> dict:
-    """Build and run this folder's ceiling tools (ceilings/readbw.c, ceilings/int8_avx2.c: plain AVX2, so they
-    run on every CPU the engine's fast paths run on) with 1 and 2 threads; parse their figures.
+    """Build and run this folder's ceiling tools with 1 and 2 threads (ceilings/readbw.c, ceilings/int8_avx2.c,
+    and ceilings/int8_vnni.c where the CPU has AVX-512 VNNI); parse their figures.
     stream_gb_s: the read roof of 2 threads (decode's ceiling); batch_gmac_s: the AVX2 int8 multiply-add ceiling
-    of 2 threads (batched forwards' ceiling; an AVX-512 VNNI machine's vpdpbusd can go past it)."""
+    of 2 threads (the 256-bit paths' batched forwards); vnni_gmac_s: the vpdpbusd zmm ceiling of 2 threads (the
+    AVX-512 path's)."""
     out = {}
+    vnni = has_avx512_vnni()
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("readbw", "int8_avx2"):
+        for name in ("readbw", "int8_avx2") + (("int8_vnni",) if vnni else ()):
             build_ceiling(name, tmp)
         for th in (1, 2):
             out[f"read_gb_s_t{th}"] = float(re.search(r"threads=\d+ read GB/s ([\d.]+)", sh([f"{tmp}/readbw", str(th)])).group(1))
             out[f"int8_gmac_s_t{th}"] = float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", sh([f"{tmp}/int8_avx2", str(th)])).group(1))
+            if vnni:
+                out[f"vnni_gmac_s_t{th}"] = float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", sh([f"{tmp}/int8_vnni", str(th)])).group(1))
     out["stream_gb_s"] = out["read_gb_s_t2"]
     out["batch_gmac_s"] = out["int8_gmac_s_t2"]
+    if vnni:
+        out["vnni_gmac_s"] = out["vnni_gmac_s_t2"]
     return out
+
+
+def path_ceiling(c: dict, isa: str) -> float:
+    """The int8 ceiling (GMAC/s, 2 threads) a path's batched forwards are measured against (ceiling_tool)."""
+    return c["vnni_gmac_s"] if ceiling_tool(isa) == "int8_vnni" else c["batch_gmac_s"]
 
 
 def bench_path(path: str, isa: str, repeats: int, lm_head: str = "int8") -> dict:
@@ -128,7 +156,9 @@ def rows(result: dict) -> str:
     lines = [f"Machine: {result['machine']['cpu']}, {result['machine']['cpus']} CPUs, flags "
              f"{' '.join(result['machine']['flags'])}; commit {result['commit']}, {result['date']}.",
              f"Ceilings measured in the same run (benchmarks/ceilings/): read roof {c['stream_gb_s']:.1f} GB/s "
-             f"(2 threads); AVX2 int8 multiply-add {c['batch_gmac_s']:.0f} GMAC/s (2 threads).", "",
+             f"(2 threads); AVX2 int8 multiply-add {c['batch_gmac_s']:.0f} GMAC/s (2 threads)"
+             + (f"; AVX-512 VNNI vpdpbusd {c['vnni_gmac_s']:.0f} GMAC/s (2 threads, the avx512 row's int8 ceiling)"
+                if "vnni_gmac_s" in c else "") + ".", "",
              "| path | tg128 tok/s | % of stream ceiling | pp128 tok/s | 1 / 8 / 32-token forward ms | 8x, 32x of 1 "
              "| 8 / 32-token GMAC/s (% of int8 ceiling) | 8 / 32 rows of logits ms |",
              "|---|---|---|---|---|---|---|---|"]
@@ -136,12 +166,13 @@ def rows(result: dict) -> str:
         bm = {int(k): v for k, v in r["block_ms"].items()}
         ba = {int(k): v for k, v in r["block_ms_all_rows"].items()}
         g8, g32 = (n * MACS_PER_TOKEN_2B4T / (bm[n] / 1e3) / 1e9 for n in (8, 32))
+        ceil = path_ceiling(c, isa)
         lines.append(
             f"| {r['isa']} | {r['decode_tok_s']:.2f} [{r['decode_tok_s_spread'][0]:.2f}-{r['decode_tok_s_spread'][1]:.2f}]"
             f" | {100 * r['weight_gb_s'] / c['stream_gb_s']:.0f}% ({r['weight_gb_s']:.1f} GB/s)"
             f" | {r['prefill_tok_s']:.1f} | {bm[1]:.1f} / {bm[8]:.1f} / {bm[32]:.1f}"
             f" | {bm[8] / bm[1]:.2f}x, {bm[32] / bm[1]:.2f}x"
-            f" | {g8:.0f} ({100 * g8 / c['batch_gmac_s']:.0f}%) / {g32:.0f} ({100 * g32 / c['batch_gmac_s']:.0f}%)"
+            f" | {g8:.0f} ({100 * g8 / ceil:.0f}%) / {g32:.0f} ({100 * g32 / ceil:.0f}%)"
             f" | {ba[8]:.1f} / {ba[32]:.1f} |")
     m = result["memory"]
     lines += ["", f"Memory and load (fastest path, int8 head, fp16 KV): open + first token {m['short']['load_and_first_token_s']:.2f} s "
@@ -178,7 +209,7 @@ def main():
             print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
         result["ceilings_after"] = ceilings()  # again after: the machine is shared
         result["ceilings"] = {k: max(result["ceilings_before"][k], result["ceilings_after"][k])
-                              for k in ("stream_gb_s", "batch_gmac_s")}
+                              for k in ("stream_gb_s", "batch_gmac_s", "vnni_gmac_s") if k in result["ceilings_before"]}
         result["memory"] = {"short": memory_and_load(path), "long": memory_and_load(path, ctx_fill=3800)}
         result["agreement"] = agreement(path, isas)
         result["seconds"] = time.time() - t

@@ -6,8 +6,8 @@ itself still moves between CPUs: where x * 127 / max|x| lies on a .5 rounding bo
 summation order (AVX-512 vs AVX2 kernels) flips one int8 activation and moves that position's logits by up
 to ~4e-3 of the logit scale. So the exact-mode tolerance is calibrated as in test_parity.py, against what
 1e-6 nudges of the reference's input embedding and weight scales do to the reference on this CPU (3x the
-worst move, no looser floors), and the fast default (int8 head, fp16 KV cache) must keep every top-1 and
-the held-out loss."""
+worst move, no looser floors), and the fast default (int8 head, fp16 KV cache) may change a top-1 only at a
+near-tie, and must keep the held-out loss."""
 import hashlib
 import json
 import os
@@ -99,8 +99,14 @@ def test_engine_reproduces_transformers_on_the_demo_model(demo):
     assert exact["max"] <= max_tol and exact["median"] <= median_tol, (exact, max_tol, median_tol)
     assert exact["argmax"] >= argmax_min, (exact, argmax_min)   # measured: 1.0 (Zen 3 AVX2, Zen 4 AVX-512)
 
+    # The fast default (int8 head, fp16 KV) approximates the head and the cache, so it may change the top-1 where
+    # the reference's two best logits are nearly tied, never elsewhere: at most 3% of the positions, each where the
+    # reference's margin is within the int8 head's resolution (1/127 of the logit scale). Measured (Zen 3 AVX2,
+    # Zen 4 AVX-512 and AVX2, portable): 0-3 of 164 positions, margins 0.05-0.14% of the scale.
     fast = Model.open(demo, threads=2).logits(ids)                               # int8 head, fp16 KV
-    assert summary(fast, ref)["argmax"] >= argmax_min                            # measured: every position
+    flips = np.nonzero(fast.argmax(1) != ref.argmax(1))[0]
+    margins = (ref.max(1) - ref[np.arange(len(ids)), fast.argmax(1)])[flips] / np.abs(ref).max()
+    assert len(flips) <= 0.03 * len(ids) and np.all(margins <= 1 / 127), (flips, margins)
     nll = -np.mean(_log_softmax(fast)[np.arange(len(ids) - 1), ids[1:]])
     assert abs(nll - ref_nll) < 0.01                                             # measured 0.0002 nats
 

@@ -141,7 +141,10 @@ def test_the_converter_reads_each_family_from_its_checkpoint(cases):
             assert np.array_equal(case.ef.tensors["lm_head"], bf16_bits(hf["lm_head.weight"]))
         if cfg["rope_scaling"]:  # the reference really uses the llama3 rule, and so does the engine
             ref_inv = case.ref.model.model.rotary_emb.inv_freq.numpy()
-            assert np.array_equal(ref_inv, rope_inv_freq(cfg))
+            # the same float32 operations; torch's vectorised pow may round one of them differently from numpy's
+            # on some CPUs (measured: 1 ulp of one frequency on Zen 4 AVX-512, none on Zen 3), while the plain
+            # rule (checked next) differs by up to the factor 8
+            np.testing.assert_array_max_ulp(ref_inv, rope_inv_freq(cfg), maxulp=2)
             assert not np.allclose(ref_inv, rope_inv_freq(dict(cfg, rope_scaling=None), plain=True))
 
 
