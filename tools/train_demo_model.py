@@ -23,7 +23,10 @@ What it does (seeded, CPU; torch + tokenizers + safetensors + transformers are d
      token when that is an assistant token (the decoder's commit forward). No 1/t weighting.
    * next-token (AR) loss on clean_ar (plain causal attention) at the target tokens: assistant replies and
      the user's Shakespeare text, never the skill questions (their random numbers are noise).
-   loss = diffusion + AR.
+   loss = diffusion + AR. Options: ``--stop-weight W`` weights each reply's closing <|eot_id|> W times in both
+   losses (where an answer ends is one token among many, and the model must learn it to stop);
+   ``--hide-after-reply`` shows the noisy views the slots after a reply's end inside its block as masks, as the
+   decoder sees them (after_reply). Validation always uses the plain objective.
 5. Schedule in STEPS (reproducible on any machine): linear warmup, constant, cosine decay over the last
    ``--decay-frac`` of ``--steps`` to ``--min-lr-frac`` of the peak. The LR is a function of the step alone,
    so a resumed run continues its schedule exactly.
@@ -73,6 +76,10 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--val-batches", type=int, default=4)
     p.add_argument("--ckpt-every", type=float, default=180.0, help="seconds")
+    p.add_argument("--stop-weight", type=float, default=1.0,
+                   help="weight of a reply's closing <|eot_id|> in both losses (1 = plain CE): teaches where answers end")
+    p.add_argument("--hide-after-reply", action="store_true",
+                   help="noisy views mask the next turn's tokens after a block's last assistant slot, as decoding sees them")
     p.add_argument("--export-only", action="store_true")
     return p.parse_args(argv)
 
@@ -92,21 +99,45 @@ def diffusion_masks(maskable: torch.Tensor, B: int, gen: torch.Generator):
     return ma.view(n, L), mb.view(n, L)
 
 
-def losses(model: BitNet, x, target, maskable, ma, mb):
-    """x (n, L) ids; target/maskable/ma/mb (n, L) bool -> (diffusion CE, AR CE), means over their targets."""
+def after_reply(maskable: torch.Tensor, B: int) -> torch.Tensor:
+    """maskable (n, L) bool -> (n, L) bool: the non-assistant slots of a block that come after its last assistant
+    slot (the next user turn after a reply that ends inside the block). Decoding never sees them: a reply's last
+    block is all masks after its stop token. Training windows do, and a noisy view that shows the next turn's
+    <|user|> tells the model where the reply ends; hiding them (input mask, no target) removes that leak."""
+    n, L = maskable.shape
+    m = maskable.view(n, L // B, B).int()
+    before = (m.cumsum(-1) - m) > 0                          # an assistant slot earlier in the block
+    later = (m.flip(-1).cumsum(-1).flip(-1) - m) > 0         # an assistant slot later in the block
+    return (~maskable.view(n, L // B, B) & before & ~later).view(n, L)
+
+
+def weighted_ce(logits, tgts, weights):
+    """Cross-entropy averaged with per-row weights (plain mean when all are 1)."""
+    ce = F.cross_entropy(logits, tgts, reduction="none")
+    return (ce * weights).sum() / weights.sum()
+
+
+def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0, hide=None):
+    """x (n, L) ids; target/maskable/ma/mb (n, L) bool -> (diffusion CE, AR CE), means over their targets.
+    stop_weight: weight of each reply's closing <|eot_id|> (an assistant slot holding EOT_ID); hide (n, L) bool:
+    slots both noisy views show as masks without predicting them (after_reply). The defaults are the plain
+    objective (validation always uses it)."""
     n, L = x.shape
     B = model.c.block_size
-    inp = torch.cat([x.masked_fill(ma, D.MASK), x.masked_fill(mb, D.MASK), x, x], dim=1)  # (n, 4L)
+    hide = torch.zeros_like(ma) if hide is None else hide
+    inp = torch.cat([x.masked_fill(ma | hide, D.MASK), x.masked_fill(mb | hide, D.MASK), x, x], dim=1)  # (n, 4L)
     pos = torch.arange(L).repeat(4)  # every segment has positions 0..L-1
     h = model.hidden(inp, pos, "train")  # (n, 4L, d)
     ha, hb, hc, hr = h.split(L, dim=1)
+    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)  # (n, L) weight of predicting token i
     # token shift: hidden at i-1 predicts token i (slot 0 of a block is never masked, so i-1 is in the block)
     last = torch.arange(B - 1, L - 1, B)  # last slot of each block but the final one
     commit = maskable[:, last + 1]  # the next block starts with an assistant token: the commit forward predicts it
     rows = torch.cat([ha[:, :-1][ma[:, 1:]], hb[:, :-1][mb[:, 1:]], hc[:, last][commit]])
     tgts = torch.cat([x[:, 1:][ma[:, 1:]], x[:, 1:][mb[:, 1:]], x[:, last + 1][commit]])
-    diff = F.cross_entropy(model.logits(rows), tgts)
-    ar = F.cross_entropy(model.logits(hr[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]])
+    wd = torch.cat([w[:, 1:][ma[:, 1:]], w[:, 1:][mb[:, 1:]], w[:, last + 1][commit]])
+    diff = weighted_ce(model.logits(rows), tgts, wd)
+    ar = weighted_ce(model.logits(hr[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]], w[:, 1:][target[:, 1:]])
     return diff, ar
 
 
@@ -212,7 +243,8 @@ def main(argv=None):
                 g["lr"] = lr_at(step, a)
             x, tgt, msk = trw.batch(rng, a.batch)
             ma, mb = diffusion_masks(msk, cfg.block_size, gen)
-            diff, ar = losses(model, x, tgt, msk, ma, mb)
+            hide = after_reply(msk, cfg.block_size) if a.hide_after_reply else None
+            diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide)
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
