@@ -19,8 +19,12 @@
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
  *
  * Threads: a forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (runs of tokens,
- * row tiles of a matrix, (tile of tokens, kv head) pairs) that threads take from the stage's atomic counter; a thread that
- * finds no item left waits until the stage's items are all done, then goes on to the next stage. Stages with
+ * row tiles of a matrix, (tile of tokens, kv head) pairs). The items of a stage are cut into one contiguous range
+ * per thread, each with its own atomic counter: a thread takes the items of its own range first, then those left
+ * in the others' ranges; one that finds no item left waits until the stage's items are all done, then goes on to
+ * the next stage. Owning a range keeps the same weight tiles and the same tokens on the same core from one stage
+ * and one forward to the next, in its caches (taking items from one shared counter moved them between the cores
+ * at random: on a Zen 4 VM a small model's 8-row forward ran 1.8x slower on 2 threads than on 1). Stages with
  * enough work are shared: each run of consecutive shared stages is ONE job of the pool (pool.h), so a batch of
  * tokens on a small model costs one job per forward, not one per operation. Small stages (a single token's
  * norms, a small model's matrices at decode) stay on the calling thread. Workers that join a job late skip the
@@ -74,10 +78,10 @@ typedef enum {
 
 typedef enum { KIND_TOKENS, KIND_TERNARY, KIND_ATTENTION, KIND_INT8_HEAD, KIND_EXACT_HEAD } stage_kind;
 
-/* One stage of the running forward: its items and the counters the threads share (own cache line each). */
+/* One stage of the running forward: its items and the count of those done (its own cache line; the counters of
+ * the threads' ranges are in bn_engine.take). */
 typedef struct {
-    alignas(64) atomic_int next; /* next item to take */
-    atomic_int done;             /* items finished */
+    alignas(64) atomic_int done; /* items finished */
     int n_items;
     int shared;                  /* 1: worth sharing between threads (see plan_forward), 0: the caller runs it */
     stage_kind kind;
@@ -88,6 +92,11 @@ typedef struct {
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
     int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION: consecutive tokens (or logit rows) per item */
 } stage;
+
+/* The next item of one thread's range of a stage's items (range_start), in a cache line of its own. */
+typedef struct {
+    alignas(64) atomic_int next;
+} range_counter;
 
 /* The arguments of the running forward (read by every thread of the job). */
 typedef struct {
@@ -125,6 +134,7 @@ struct bn_engine {
     /* the running forward */
     forward_args fa;
     stage *stages; /* (L * STAGES_PER_LAYER + HEAD_STAGES) */
+    range_counter *take; /* (L * STAGES_PER_LAYER + HEAD_STAGES, threads): the next item of each thread's range */
     int n_stages;
     int segment[2]; /* the stages [from, to) of the running pool job */
     /* development timing (bn_engine_set_profile): seconds per part, added by the calling thread */
@@ -398,6 +408,9 @@ static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, con
                   .T = T, .ldy = ldy, .kp = kp, .chunk = chunk, .chunks_per_slice = per_slice};
 }
 
+/* Range r of n of a stage's items: [range_start(r), range_start(r + 1)). */
+static inline int range_start(int n_items, int r, int n) { return (int)((long long)n_items * r / n); }
+
 static void plan_forward(bn_engine *e) {
     const bn_model *m = &e->m;
     const int T = e->fa.T;
@@ -428,9 +441,10 @@ static void plan_forward(bn_engine *e) {
     if (e->exact_head) set_matmul_stage(e, &h[STAGE_HEAD], KIND_EXACT_HEAD, NULL, m->vocab, R, e->logit_buf, e->vp, 0);
     else set_matmul_stage(e, &h[STAGE_HEAD], KIND_INT8_HEAD, NULL, e->vp / 16, R, e->logit_buf, e->vp, e->dp);
     e->n_stages = m->n_layers * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
+    const int n = bn_pool_size(e->pool);
     for (int i = 0; i < e->n_stages; i++) {
-        atomic_init(&e->stages[i].next, 0);
         atomic_init(&e->stages[i].done, 0);
+        for (int r = 0; r < n; r++) atomic_init(&e->take[(size_t)i * n + r].next, range_start(e->stages[i].n_items, r, n));
     }
 }
 
@@ -477,10 +491,17 @@ static void run_stages(bn_engine *e, int from, int to, int thread) {
     double t = timing ? now_s() : 0;
     for (int s = from; s < to; s++) {
         stage *st = &e->stages[s];
-        int i, mine = 0;
-        while ((i = atomic_fetch_add_explicit(&st->next, 1, memory_order_relaxed)) < st->n_items) {
-            run_item(e, s, i, thread);
-            mine++;
+        const int n = bn_pool_size(e->pool);
+        int mine = 0;
+        for (int k = 0; k < n; k++) { /* its own range, then what is left of the others' */
+            const int r = (thread + k) % n, end = range_start(st->n_items, r + 1, n);
+            atomic_int *next = &e->take[(size_t)s * n + r].next;
+            int i;
+            while (atomic_load_explicit(next, memory_order_relaxed) < end &&
+                   (i = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) < end) {
+                run_item(e, s, i, thread);
+                mine++;
+            }
         }
         if (mine) atomic_fetch_add_explicit(&st->done, mine, memory_order_release);
         if (timing) {
@@ -614,10 +635,12 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         set_err(err, errlen, "out of memory starting the engine's threads; use fewer threads");
         return NULL;
     }
+    e->take = aligned_alloc(64, sizeof(range_counter) * ((size_t)m->n_layers * STAGES_PER_LAYER + HEAD_STAGES) *
+                                    bn_pool_size(e->pool));
     /* per thread, rounded to whole cache lines; malloc'ed pages are only touched as far as the keys go */
     e->scores_ld = (BN_ATTN_SCRATCH(ATTN_MAX_ROWS, m->n_heads / m->n_kv_heads, m->head_dim, ctx) + 15) / 16 * 16;
     e->scores = aligned_alloc(64, sizeof(float) * e->scores_ld * bn_pool_size(e->pool));
-    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages) {
+    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages || !e->take) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
         return NULL;
@@ -643,6 +666,7 @@ void bn_engine_free(bn_engine *e) {
     free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
     free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->stages);
+    free(e->take);
     free(e);
 }
 

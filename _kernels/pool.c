@@ -27,9 +27,15 @@
 #define CLOSED ((uint64_t)1 << 31)
 #define JOINED_MASK (CLOSED - 1)
 
+typedef struct {
+    struct bn_pool *pool;
+    int index; /* 1..n-1: the thread number this worker always runs jobs as */
+} worker_arg;
+
 struct bn_pool {
     int n;
     pthread_t *threads;
+    worker_arg *args;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     _Atomic uint64_t state;
@@ -43,7 +49,8 @@ struct bn_pool {
 static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
 
 static void *worker_main(void *p) {
-    bn_pool *pool = p;
+    bn_pool *pool = ((worker_arg *)p)->pool;
+    const int index = ((worker_arg *)p)->index;
     uint32_t seen = 0;
     int spins = 0;
     while (!atomic_load_explicit(&pool->stop, memory_order_acquire)) {
@@ -69,7 +76,7 @@ static void *worker_main(void *p) {
             continue;
         seen = gen_of(s);
         spins = 0;
-        pool->fn(pool->arg, (int)(s & JOINED_MASK) + 1, pool->n);
+        pool->fn(pool->arg, index, pool->n); /* always the same number: a job can give each thread the same share */
         atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
     }
     return NULL;
@@ -81,23 +88,28 @@ bn_pool *bn_pool_create(int n_threads) {
     if (!p) return NULL;
     p->n = n_threads;
     p->threads = calloc((size_t)p->n, sizeof(pthread_t));
-    if (!p->threads || pthread_mutex_init(&p->lock, NULL) != 0) {
+    p->args = calloc((size_t)p->n, sizeof(worker_arg));
+    if (!p->threads || !p->args || pthread_mutex_init(&p->lock, NULL) != 0) {
         free(p->threads);
+        free(p->args);
         free(p);
         return NULL;
     }
     if (pthread_cond_init(&p->wake, NULL) != 0) {
         pthread_mutex_destroy(&p->lock);
         free(p->threads);
+        free(p->args);
         free(p);
         return NULL;
     }
     atomic_init(&p->state, CLOSED); /* generation 0, closed: nothing to join */
-    for (int i = 1; i < p->n; i++)
-        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) { /* run with the threads we got */
+    for (int i = 1; i < p->n; i++) {
+        p->args[i] = (worker_arg){p, i};
+        if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) { /* run with the threads we got */
             p->n = i;
             break;
         }
+    }
     return p;
 }
 
@@ -134,5 +146,6 @@ void bn_pool_free(bn_pool *p) {
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     free(p->threads);
+    free(p->args);
     free(p);
 }

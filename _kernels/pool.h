@@ -14,7 +14,7 @@ typedef struct bn_pool bn_pool;
 bn_pool *bn_pool_create(int n_threads);
 void bn_pool_free(bn_pool *p);
 int bn_pool_size(const bn_pool *p);
-/* Run fn(arg, t, n) on the caller (t = 0) and on every worker that joins in time (t = 1, 2, ...,
+/* Run fn(arg, t, n) on the caller (t = 0) and on every worker that joins in time (worker i always as t = i,
  * distinct within a job, < n); returns once the caller's call and every joined call returned. */
 void bn_pool_run(bn_pool *p, bn_job_fn fn, void *arg);
 
