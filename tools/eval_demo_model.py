@@ -16,6 +16,10 @@
    Diffusion tokens per forward on the "open" prompts of assets/demo-prompts.json.
 3. A second message: a held-out skill prompt after a first exchange (the right answer to another held-out
    prompt) in the same conversation.
+4. Where answers end: per held-out skill prompt, teacher-forced with its right answer (exact head), the
+   probability of the stop token <|eot_id|> right after the answer, and whether it is the argmax there; and
+   the probability of the answer's own tokens, to tell "does not know the answer" from "does not know when
+   to stop".
 """
 from __future__ import annotations
 
@@ -110,6 +114,34 @@ def eval_second_turn(model, max_new: int) -> dict:
                      "diffusion_right": model.decode(df.ids).strip() == p2["answer"]})
     s = summarise(rows)
     return {"all": s["all"], "rows": rows}
+
+
+def eval_stop(model, prompts: list[str]) -> dict:
+    """Teacher-forced at the right answer: P(<|eot_id|>) after its last token, whether that is the argmax, and
+    the mean probability of the answer's tokens; per family and over all."""
+    answers = {p["prompt"]: p for p in skill_prompts()}
+    stop = model.stop_ids[0]
+    rows = []
+    for q in prompts:
+        ref = answers.get(q)
+        if ref is None:
+            continue
+        head = model.chat_ids([{"role": "user", "content": q}])
+        body = model.encode(ref["answer"], add_special_tokens=False)
+        ids = head + body + [stop]
+        z = model.logits(ids).astype(np.float64)[len(head) - 1:len(ids) - 1]  # predicts body..., then the stop
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        targets = ids[len(head):]
+        rows.append({"family": ref["family"], "p_stop": float(p[-1, stop]), "stop_is_argmax": int(p[-1].argmax()) == stop,
+                     "p_answer_tokens": float(np.mean(p[np.arange(len(body)), targets[:-1]]))})
+
+    def agg(rs):
+        return {"prompts": len(rs), "p_stop": float(np.mean([r["p_stop"] for r in rs])),
+                "stop_is_argmax": sum(r["stop_is_argmax"] for r in rs) / len(rs),
+                "p_answer_tokens": float(np.mean([r["p_answer_tokens"] for r in rs]))}
+    fams = sorted({r["family"] for r in rows})
+    return {"all": agg(rows), "families": {f: agg([r for r in rows if r["family"] == f]) for f in fams}}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -210,6 +242,14 @@ def main():
     for f, r in res["skills"]["families"].items():
         print(f"  {f:12s} {r['tokens_per_forward']:.2f} tok/fwd  same {r['same_as_ar']:.0%}  AR right "
               f"{r['ar_right']:.0%}", flush=True)
+    exact = bitnet_app.load_model(a.model, threads=a.threads, lm_head="exact")
+    res["stop"] = eval_stop(exact, skills)
+    st = res["stop"]["all"]
+    print(f"where answers end (teacher-forced, {st['prompts']} prompts): P(stop) {st['p_stop']:.2f}, stop is the "
+          f"argmax {st['stop_is_argmax']:.0%}; answer tokens' mean probability {st['p_answer_tokens']:.2f}", flush=True)
+    for f, r in res["stop"]["families"].items():
+        print(f"  {f:12s} P(stop) {r['p_stop']:.2f}  argmax {r['stop_is_argmax']:.0%}  answer tokens "
+              f"{r['p_answer_tokens']:.2f}", flush=True)
     res["second_turn"] = eval_second_turn(model, a.max_new)
     t = res["second_turn"]["all"]
     print(f"second message ({t['prompts']} held-out prompts after a first exchange): {t['tokens_per_forward']:.2f} "
@@ -219,7 +259,6 @@ def main():
     print(f"open ({o['prompts']} Shakespeare prompts, 96 tokens): {o['tokens_per_forward']:.2f} tokens/forward, "
           f"diffusion = AR on {o['same_as_ar']:.0%}", flush=True)
     items = passages(val_works, a.passages)
-    exact = bitnet_app.load_model(a.model, threads=a.threads, lm_head="exact")
     res["shakespeare_loss_per_char"] = loss_per_char(exact, items, chat=True)
     line = f"held-out Shakespeare AR loss per character ({len(items)} passages): {res['shakespeare_loss_per_char']:.4f}"
     if a.baseline:
