@@ -19,7 +19,8 @@
  * Everything outside the ternary and head dot products is fp32, like the reference run in fp32.
  *
  * Threads: a forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (runs of tokens,
- * row tiles of a matrix, (tile of tokens, kv head) pairs). The items of a stage are cut into one contiguous range
+ * row tiles of a matrix or, for a small model's batch, runs of tokens through the whole matrix (token_split),
+ * (tile of tokens, kv head) pairs). The items of a stage are cut into one contiguous range
  * per thread, each with its own atomic counter: a thread takes the items of its own range first, then those left
  * in the others' ranges; one that finds no item left waits until the stage's items are all done, then goes on to
  * the next stage. Owning a range keeps the same weight tiles and the same tokens on the same core from one stage
@@ -90,6 +91,7 @@ typedef struct {
     int T;                       /* input rows: the batch, or the logit rows for the head stages */
     int ldy, kp;                 /* output row stride; padded K of the quantized input rows */
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
+    int slice_tokens;            /* matrix stages: tokens per slice (MATMUL_SLICE, or a thread's run: token_split) */
     int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION: consecutive tokens (or logit rows) per item */
 } stage;
 
@@ -353,8 +355,8 @@ static void attention_item(bn_engine *e, int l, int p, int thread) {
 /* Item i of a matrix stage: token slice i / chunks_per_slice, row units [u0, u1) of chunk i % chunks_per_slice
  * (units: tiles of 16 rows, or single rows for the exact head). */
 static void matmul_item(bn_engine *e, const stage *st, int i) {
-    const int slice = i / st->chunks_per_slice, t0 = slice * MATMUL_SLICE;
-    const int rows = st->T - t0 < MATMUL_SLICE ? st->T - t0 : MATMUL_SLICE;
+    const int slice = i / st->chunks_per_slice, t0 = slice * st->slice_tokens;
+    const int rows = st->T - t0 < st->slice_tokens ? st->T - t0 : st->slice_tokens;
     const int units = st->kind == KIND_EXACT_HEAD ? e->m.vocab
                       : st->kind == KIND_INT8_HEAD ? e->vp / 16 : ROUND16(st->w->n) / 16;
     const int u0 = (i % st->chunks_per_slice) * st->chunk, u1 = u0 + st->chunk < units ? u0 + st->chunk : units;
@@ -397,15 +399,38 @@ static void set_token_stage(const bn_engine *e, stage *st, int n_tokens) {
                   .kind = KIND_TOKENS, .T = n_tokens, .tokens_per_item = per};
 }
 
+/* A small model's batch is split by tokens, not by the rows of each matrix: each thread runs its own tokens
+ * through every row of the (cached) weights, so a token's activations stay on one core from stage to stage; split
+ * by rows, every stage reads half of each token's inputs from the other core. Used when one layer's matrices fit
+ * in a core's L2 several times over (each core then reads all of them) and each thread gets at least a whole
+ * block of tokens for the kernels (TOKEN_SPLIT_MIN_TOKENS). Same sums either way, so the same logits. */
+#define TOKEN_SPLIT_MAX_BYTES (256 * 1024) /* ternary bytes of one layer's matrices */
+#define TOKEN_SPLIT_MIN_TOKENS 8           /* per thread */
+#define TOKEN_SPLIT_ITEMS_PER_THREAD 2     /* runs of tokens per thread: a late worker delays by one */
+
+static int token_split(const bn_engine *e, int T) {
+    const int n = bn_pool_size(e->pool);
+    const size_t layer_bytes = (size_t)e->dp / 4 * (e->qkv_np + e->dp + e->gu_np) + (size_t)e->ip / 4 * e->dp;
+    return n > 1 && layer_bytes <= TOKEN_SPLIT_MAX_BYTES && T >= n * TOKEN_SPLIT_MIN_TOKENS;
+}
+
 static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
                              float *y, int ldy, int kp) {
+    if (kind == KIND_TERNARY && token_split(e, T)) { /* items: runs of tokens, each through all the rows */
+        const int n_items = bn_pool_size(e->pool) * TOKEN_SPLIT_ITEMS_PER_THREAD;
+        const int per = (T + n_items - 1) / n_items;
+        *st = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = kind, .w = w, .y = y, .T = T, .ldy = ldy,
+                      .kp = kp, .chunk = units, .chunks_per_slice = 1, .slice_tokens = per};
+        return;
+    }
     int chunk = units / (bn_pool_size(e->pool) * CHUNKS_PER_THREAD);
     if (kind != KIND_EXACT_HEAD) chunk += chunk & 1; /* even: the SIMD kernels take row tiles in pairs */
     if (chunk < 2) chunk = 2;
     const int per_slice = (units + chunk - 1) / chunk, slices = (T + MATMUL_SLICE - 1) / MATMUL_SLICE;
     const double macs = (double)T * units * (kind == KIND_EXACT_HEAD ? 1 : 16) * (kind == KIND_EXACT_HEAD ? e->m.dim : kp);
     *st = (stage){.n_items = per_slice * slices, .shared = macs >= SHARE_MIN_MACS, .kind = kind, .w = w, .y = y,
-                  .T = T, .ldy = ldy, .kp = kp, .chunk = chunk, .chunks_per_slice = per_slice};
+                  .T = T, .ldy = ldy, .kp = kp, .chunk = chunk, .chunks_per_slice = per_slice,
+                  .slice_tokens = MATMUL_SLICE};
 }
 
 /* Range r of n of a stage's items: [range_start(r), range_start(r + 1)). */

@@ -95,6 +95,31 @@ def test_incremental_decode_equals_one_pass(tiny, isa):
     np.testing.assert_array_equal(np.concatenate(parts), full)
     assert eng.n_past == 30
 
+@pytest.mark.parametrize("isa", PATHS)
+def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
+    """1, 2 and 3 threads give bit-identical logits, for one token and for batches that the engine splits between
+    the threads by rows of each matrix (few tokens) or by tokens (a small model's batch of >= 8 per thread), causal
+    and block attention. Each thread owns a range of every stage's items and takes the rest of the others'; a
+    token's integer sums and float steps are the same whichever thread runs it."""
+    ef, _ = tiny_hd16
+    ids = ids_for(ef, 45, seed=5)
+    def run(threads):
+        eng = Engine(ef, lm_head="int8", isa=isa, threads=threads)
+        out = [eng.forward(ids[:5], rows=range(5))]                                   # rows split
+        out.append(eng.forward(ids[5:37], start=5, rows=range(32)))                    # tokens split (causal)
+        out.append(eng.forward(ids[37:45], start=37, commit=False, attention="block", block_size=8,
+                               rows=range(8)))
+        eng.truncate(5)
+        out.append(eng.forward(ids[5:37], start=5, commit=False, attention="block", block_size=16,
+                               rows=range(32)))                                         # tokens split (block)
+        out.append(eng.forward(ids[5:6], start=5))                                     # one token
+        return out
+    one = run(1)
+    for threads in (2, 3):
+        for a, b in zip(run(threads), one):
+            assert np.array_equal(a, b), threads
+
+
 
 @pytest.mark.parametrize("block", [4, 8])
 def test_block_attention_matches_reference_mask(tiny, block):
