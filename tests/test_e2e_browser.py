@@ -349,8 +349,11 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         #    The demo model writes thousands of tokens per second: slow motion makes the stream watchable.
         _click_toggle(page, "Slow motion")
         _set_number(page, "Max new tokens", demo["context"] - 64)
-        # A long reply: a long count from a model trained on skills, else a play's opening (it writes on)
-        _send(page, "Count from 100 to 180." if demo["skills"]
+        # A long reply, so that it is still streaming when Stop is pressed: greedy (the same reply every run) on a
+        # play's opening, which the demo model writes on at length (219 tokens, ~9 s in slow motion; sampled, or on
+        # a count, which it now ends after ~30 numbers, a reply can be over in 2 s)
+        _slider_to_min(page, "Temperature")
+        _send(page, "Continue this scene:\nKING HENRY.\nNow, lords, for France; the enterprise" if demo["skills"]
               else "KING HENRY.\nNow, lords, for France; the enterprise")
         first = _wait_streaming(page, 1)
         body, took = _get(url + "/_stcore/health", 5)
