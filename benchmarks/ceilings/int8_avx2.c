@@ -21,16 +21,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "chain_rate.h" /* now_s, chain_rate: the best of 3 timed runs */
 
 #define ITERS 20000000L
 #define CHAINS 6
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* one 32-MAC step of chain i: acc_i += madd(maddubs(a_i, b), 1) */
 #define STEP(i) c##i = _mm256_add_epi32(c##i, _mm256_madd_epi16(_mm256_maddubs_epi16(a##i, b), one))
@@ -67,24 +62,11 @@ static void *chains(void *arg) {
     return (void *)(long)_mm256_extract_epi32(c, 0);
 }
 
-/* best GMAC/s of 3 runs of th threads running `body` */
-static double rate(void *(*body)(void *), int th) {
-    pthread_t ids[256];
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        const double t0 = now_s();
-        for (int i = 0; i < th; i++) pthread_create(&ids[i], NULL, body, (void *)(long)i);
-        for (int i = 0; i < th; i++) pthread_join(ids[i], NULL);
-        const double g = (double)ITERS * CHAINS * 32 * th / (now_s() - t0) / 1e9;
-        if (g > best) best = g;
-    }
-    return best;
-}
-
 int main(int argc, char **argv) {
     const int th = argc > 1 ? atoi(argv[1]) : 2;
     if (th < 1 || th > 256) { fprintf(stderr, "threads must be 1..256\n"); return 2; }
-    const double pair = rate(chains, th), ternary = rate(ternary_chains, th);
+    const double macs = (double)ITERS * CHAINS * 32; /* per thread */
+    const double pair = chain_rate(chains, th, macs), ternary = chain_rate(ternary_chains, th, macs);
     printf("threads=%d int8 GMAC/s %.1f\n", th, pair);
     printf("threads=%d ternary-step GMAC/s %.1f\n", th, ternary);
     printf("threads=%d int8 ceiling GMAC/s %.1f\n", th, pair > ternary ? pair : ternary);
