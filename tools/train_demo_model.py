@@ -80,6 +80,12 @@ def parse_args(argv=None):
                    help="weight of a reply's closing <|eot_id|> in both losses (1 = plain CE): teaches where answers end")
     p.add_argument("--hide-after-reply", action="store_true",
                    help="noisy views mask the next turn's tokens after a block's last assistant slot, as decoding sees them")
+    p.add_argument("--pad-after-reply", action="store_true",
+                   help="noisy views end a reply's block with <|eot_id|> padding after its last assistant slot, masked "
+                        "and predicted like reply slots (LLaDA / Fast-dLLM v2 SFT padding), instead of the next turn")
+    p.add_argument("--pad-weight", type=float, default=0.25, help="loss weight of each padding slot")
+    p.add_argument("--init-from", default=None,
+                   help="a checkpoint (ckpt.pt) whose model and optimiser state start this run (a second phase)")
     p.add_argument("--export-only", action="store_true")
     return p.parse_args(argv)
 
@@ -117,25 +123,31 @@ def weighted_ce(logits, tgts, weights):
     return (ce * weights).sum() / weights.sum()
 
 
-def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0, hide=None):
+def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0, hide=None, pad=None,
+           pad_weight: float = 0.25):
     """x (n, L) ids; target/maskable/ma/mb (n, L) bool -> (diffusion CE, AR CE), means over their targets.
     stop_weight: weight of each reply's closing <|eot_id|> (an assistant slot holding EOT_ID); hide (n, L) bool:
-    slots both noisy views show as masks without predicting them (after_reply). The defaults are the plain
-    objective (validation always uses it)."""
+    slots both noisy views show as masks without predicting them (after_reply); pad (n, L) bool: slots the noisy
+    views hold as <|eot_id|> padding instead (after_reply), each a target of weight pad_weight, so a view's
+    block ends as a finished reply does (ma / mb must then be drawn over maskable | pad). The defaults are the
+    plain objective (validation always uses it)."""
     n, L = x.shape
     B = model.c.block_size
     hide = torch.zeros_like(ma) if hide is None else hide
-    inp = torch.cat([x.masked_fill(ma | hide, D.MASK), x.masked_fill(mb | hide, D.MASK), x, x], dim=1)  # (n, 4L)
+    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)  # (n, L) weight of predicting token i
+    xn, wn = x, w  # what the noisy views hold and predict
+    if pad is not None:
+        xn, wn = x.masked_fill(pad, D.EOT_ID), torch.where(pad, pad_weight, w)
+    inp = torch.cat([xn.masked_fill(ma | hide, D.MASK), xn.masked_fill(mb | hide, D.MASK), x, x], dim=1)  # (n, 4L)
     pos = torch.arange(L).repeat(4)  # every segment has positions 0..L-1
     h = model.hidden(inp, pos, "train")  # (n, 4L, d)
     ha, hb, hc, hr = h.split(L, dim=1)
-    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)  # (n, L) weight of predicting token i
     # token shift: hidden at i-1 predicts token i (slot 0 of a block is never masked, so i-1 is in the block)
     last = torch.arange(B - 1, L - 1, B)  # last slot of each block but the final one
     commit = maskable[:, last + 1]  # the next block starts with an assistant token: the commit forward predicts it
     rows = torch.cat([ha[:, :-1][ma[:, 1:]], hb[:, :-1][mb[:, 1:]], hc[:, last][commit]])
-    tgts = torch.cat([x[:, 1:][ma[:, 1:]], x[:, 1:][mb[:, 1:]], x[:, last + 1][commit]])
-    wd = torch.cat([w[:, 1:][ma[:, 1:]], w[:, 1:][mb[:, 1:]], w[:, last + 1][commit]])
+    tgts = torch.cat([xn[:, 1:][ma[:, 1:]], xn[:, 1:][mb[:, 1:]], x[:, last + 1][commit]])
+    wd = torch.cat([wn[:, 1:][ma[:, 1:]], wn[:, 1:][mb[:, 1:]], w[:, last + 1][commit]])
     diff = weighted_ce(model.logits(rows), tgts, wd)
     ar = weighted_ce(model.logits(hr[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]], w[:, 1:][target[:, 1:]])
     return diff, ar
@@ -207,6 +219,8 @@ def val_batches(valw: C.ChatWindows, a, B: int):
 
 def main(argv=None):
     a = parse_args(argv)
+    if a.pad_after_reply and a.hide_after_reply:
+        raise SystemExit("--pad-after-reply and --hide-after-reply are two answers to one question: give one")
     torch.set_num_threads(a.threads)  # shared machine: never more than asked
     torch.manual_seed(a.seed)
     tok, trw, valw = prepare(a)
@@ -228,6 +242,10 @@ def main(argv=None):
         step, elapsed, hist = s["step"], s["elapsed"], s["hist"]
         rng.setstate(s["rng"]); gen.set_state(s["gen"])
         print(f"resumed at step {step} ({elapsed:.0f} s)", flush=True)
+    elif a.init_from and not a.export_only:  # a second phase: the first phase's weights and optimiser moments
+        s = torch.load(a.init_from, weights_only=False)
+        model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
+        print(f"initialised from {a.init_from} (step {s['step']}, {s['elapsed']:.0f} s)", flush=True)
     print(f"config {json.dumps(cfg.to_dict())}\nparams {count_params(model)}", flush=True)
 
     def checkpoint():
@@ -242,9 +260,11 @@ def main(argv=None):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, a)
             x, tgt, msk = trw.batch(rng, a.batch)
-            ma, mb = diffusion_masks(msk, cfg.block_size, gen)
-            hide = after_reply(msk, cfg.block_size) if a.hide_after_reply else None
-            diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide)
+            after = after_reply(msk, cfg.block_size)
+            pad = after if a.pad_after_reply else None
+            hide = after if a.hide_after_reply else None
+            ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
+            diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight)
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
