@@ -77,7 +77,9 @@ typedef enum {
     HEAD_STAGES
 } head_stage;
 
-typedef enum { KIND_TOKENS, KIND_TERNARY, KIND_ATTENTION, KIND_INT8_HEAD, KIND_EXACT_HEAD } stage_kind;
+/* KIND_CHAIN (token_split batches): the token-local stages from this one up to the next attention, run one after
+ * the other on one run of tokens per item; the stages it stands for are `folded` (see plan_forward). */
+typedef enum { KIND_TOKENS, KIND_TERNARY, KIND_ATTENTION, KIND_INT8_HEAD, KIND_EXACT_HEAD, KIND_CHAIN } stage_kind;
 
 /* One stage of the running forward: its items and the count of those done (its own cache line; the counters of
  * the threads' ranges are in bn_engine.take). */
@@ -92,7 +94,9 @@ typedef struct {
     int ldy, kp;                 /* output row stride; padded K of the quantized input rows */
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
     int slice_tokens;            /* matrix stages: tokens per slice (MATMUL_SLICE, or a thread's run: token_split) */
-    int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION: consecutive tokens (or logit rows) per item */
+    int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION, KIND_CHAIN: consecutive tokens (or logit rows) per item */
+    int chain_end;               /* KIND_CHAIN: it runs the stages [this one, chain_end) */
+    int folded;                  /* 1: run inside a KIND_CHAIN item, never on its own */
 } stage;
 
 /* The next item of one thread's range of a stage's items (range_start), in a cache line of its own. */
@@ -139,6 +143,7 @@ struct bn_engine {
     range_counter *take; /* (L * STAGES_PER_LAYER + HEAD_STAGES, threads): the next item of each thread's range */
     int n_stages;
     int segment[2]; /* the stages [from, to) of the running pool job */
+    int layer_run;  /* tokens per run of xq rows in the layers (xq_row): a chain's run, or 0 */
     /* development timing (bn_engine_set_profile): seconds per part, added by the calling thread */
     int profiling;
     double prof[BN_PART_COUNT];
@@ -196,10 +201,18 @@ static float bf16_to_f32(uint16_t h) {
     return v.f;
 }
 
-/* Token row t of xq (stride kp) = quant8(rmsnorm(x) * w) (LlamaRMSNorm in fp32), with its sum and 1/scale. */
-static void norm_quant_row(bn_engine *e, const float *x, const float *w, int n, int kp, int t) {
+/* Row t of xq for a matrix of padded width kp. Rows are at stride kp, within runs of `run` tokens (0: one run)
+ * that each start at a multiple of the widest stride: a chain item (fold_chains) writes its run's rows for one
+ * matrix while another thread's run is at a matrix of another width, and neither overwrites the other's rows. */
+static inline int8_t *xq_row(const bn_engine *e, int t, int kp, int run) {
+    const int base = run ? t - t % run : 0;
+    return e->xq + (size_t)base * e->xn_ld + (size_t)(t - base) * kp;
+}
+
+/* Token row t of xq (xq_row) = quant8(rmsnorm(x) * w) (LlamaRMSNorm in fp32), with its sum and 1/scale. */
+static void norm_quant_row(bn_engine *e, const float *x, const float *w, int n, int kp, int t, int run) {
     const bn_kernels *k = e->k;
-    int8_t *q = e->xq + (size_t)t * kp;
+    int8_t *q = xq_row(e, t, kp, run);
     float *xn = e->xn + (size_t)t * e->xn_ld;
     if (k->norm_quant) { /* the same operations, fused into fewer passes */
         e->xsum[t] = k->norm_quant(x, w, n, kp, e->m.eps, xn, q, &e->xinv[t]);
@@ -214,12 +227,12 @@ static void norm_quant_row(bn_engine *e, const float *x, const float *w, int n, 
     e->xinv[t] = 1.0f / scale;
 }
 
-/* Token row t of xq (stride kp) = quant8(x) with no norm before it (a layer without sub-norms). */
-static void quant_row(bn_engine *e, const float *x, int n, int kp, int t) {
+/* Token row t of xq (xq_row) = quant8(x) with no norm before it (a layer without sub-norms). */
+static void quant_row(bn_engine *e, const float *x, int n, int kp, int t, int run) {
     float m = e->k->absmax(x, n);
     if (m < 1e-5f) m = 1e-5f;
     const float scale = 127.0f / m;
-    e->xsum[t] = e->k->quantize(x, n, kp, scale, e->xq + (size_t)t * kp);
+    e->xsum[t] = e->k->quantize(x, n, kp, scale, xq_row(e, t, kp, run));
     e->xinv[t] = 1.0f / scale;
 }
 
@@ -247,7 +260,7 @@ static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
     switch (s) {
         case STAGE_ATTN_NORM:
             if (l > 0) e->k->add(x, proj, D);
-            norm_quant_row(e, x, ly->attn_norm, D, e->dp, t);
+            norm_quant_row(e, x, ly->attn_norm, D, e->dp, t, e->layer_run);
             break;
         case STAGE_ROPE_KV: {
             float *row = e->qkv + (size_t)t * e->qkv_np; /* [q (H*hd) | k (G*hd) | v (G*hd)] */
@@ -267,19 +280,19 @@ static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
             break;
         }
         case STAGE_ATTN_SUB:
-            if (ly->attn_sub_norm) norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t);
-            else quant_row(e, e->att + (size_t)t * D, D, e->dp, t);
+            if (ly->attn_sub_norm) norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t, e->layer_run);
+            else quant_row(e, e->att + (size_t)t * D, D, e->dp, t, e->layer_run);
             break;
         case STAGE_FFN_NORM:
             e->k->add(x, proj, D);
-            norm_quant_row(e, x, ly->ffn_norm, D, e->dp, t);
+            norm_quant_row(e, x, ly->ffn_norm, D, e->dp, t, e->layer_run);
             break;
         case STAGE_FFN_SUB: {
             float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)] */
             if (m->act == BN_ACT_SILU) (e->k->silu_mul ? e->k->silu_mul : silu_mul_ref)(g, g + I, g, I);
             else e->k->relu2_mul(g, g + I, g, I);
-            if (ly->ffn_sub_norm) norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t);
-            else quant_row(e, g, I, e->ip, t);
+            if (ly->ffn_sub_norm) norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t, e->layer_run);
+            else quant_row(e, g, I, e->ip, t, e->layer_run);
             break;
         }
         default:
@@ -361,7 +374,7 @@ static void matmul_item(bn_engine *e, const stage *st, int i) {
                       : st->kind == KIND_INT8_HEAD ? e->vp / 16 : ROUND16(st->w->n) / 16;
     const int u0 = (i % st->chunks_per_slice) * st->chunk, u1 = u0 + st->chunk < units ? u0 + st->chunk : units;
     float *y = st->y + (size_t)t0 * st->ldy;
-    const int8_t *xq = e->xq + (size_t)t0 * st->kp;
+    const int8_t *xq = xq_row(e, t0, st->kp, st->kind == KIND_TERNARY ? e->layer_run : 0);
     switch (st->kind) {
         case KIND_TERNARY:
             e->k->ternary_matmul(st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16,
@@ -433,6 +446,26 @@ static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, con
                   .slice_tokens = MATMUL_SLICE};
 }
 
+/* A token_split batch: every stage between two attentions is token-local (a token's row of one stage needs only
+ * its own rows of the stage before), so each such run of stages becomes ONE stage (KIND_CHAIN) whose item takes a
+ * run of tokens through all of them: the threads wait for each other twice per layer (before and after its
+ * attention, which reads every token's K/V) instead of after each of ten stages. The runs of tokens are those of
+ * the token-split matrix stages, so every product sees the same rows as before: the same logits. */
+static void fold_chains(bn_engine *e, int T) {
+    const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
+    const int per = e->stages[STAGE_QKV].slice_tokens; /* set_matmul_stage's run of tokens */
+    for (int s = 0; s < layer_stages;) {
+        int end = s;
+        while (end < layer_stages && end % STAGES_PER_LAYER != STAGE_ATTENTION) end++; /* up to the next attention */
+        stage *c = &e->stages[s];
+        for (int f = s + 1; f < end; f++) e->stages[f].folded = 1;
+        *c = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_CHAIN, .T = T, .tokens_per_item = per,
+                     .chain_end = end};
+        s = end + 1; /* past the attention: the next chain starts at its ATTN_SUB */
+    }
+    e->layer_run = per;
+}
+
 /* Range r of n of a stage's items: [range_start(r), range_start(r + 1)). */
 static inline int range_start(int n_items, int r, int n) { return (int)((long long)n_items * r / n); }
 
@@ -466,6 +499,8 @@ static void plan_forward(bn_engine *e) {
     if (e->exact_head) set_matmul_stage(e, &h[STAGE_HEAD], KIND_EXACT_HEAD, NULL, m->vocab, R, e->logit_buf, e->vp, 0);
     else set_matmul_stage(e, &h[STAGE_HEAD], KIND_INT8_HEAD, NULL, e->vp / 16, R, e->logit_buf, e->vp, e->dp);
     e->n_stages = m->n_layers * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
+    e->layer_run = 0;
+    if (token_split(e, T)) fold_chains(e, T);
     const int n = bn_pool_size(e->pool);
     for (int i = 0; i < e->n_stages; i++) {
         atomic_init(&e->stages[i].done, 0);
@@ -484,7 +519,30 @@ static void head_norm_item(bn_engine *e, int r) {
         const float inv = 1.0f / sqrtf(e->k->sumsq(xr, D) / (float)D + m->eps);
         e->k->norm_apply(xr, inv, m->norm, e->xn + (size_t)r * D, D);
     } else {
-        norm_quant_row(e, xr, m->norm, D, e->dp, r);
+        norm_quant_row(e, xr, m->norm, D, e->dp, r, 0);
+    }
+}
+
+static void run_item(bn_engine *e, int s, int i, int thread);
+
+/* Item i of a KIND_CHAIN stage: its run of tokens through each stage [s, chain_end) in turn (the calling thread,
+ * when profiling, books each stage's time to its part). */
+static void chain_item(bn_engine *e, int s, int i, int thread) {
+    const stage *c = &e->stages[s];
+    const int t0 = i * c->tokens_per_item, t1 = t0 + c->tokens_per_item < c->T ? t0 + c->tokens_per_item : c->T;
+    const int timing = e->profiling && thread == 0;
+    double t = timing ? now_s() : 0;
+    for (int f = s; f < c->chain_end; f++) {
+        const layer_stage ls = (layer_stage)(f % STAGES_PER_LAYER);
+        if (f == s || e->stages[f].kind == KIND_TOKENS)
+            for (int tok = t0; tok < t1; tok++) token_stage(e, f / STAGES_PER_LAYER, ls, tok);
+        else
+            matmul_item(e, &e->stages[f], i); /* token_split: item i of the matrix stage is the same run */
+        if (timing) {
+            const double t2 = now_s();
+            e->prof[part_of_stage(e, f)] += t2 - t;
+            t = t2;
+        }
     }
 }
 
@@ -504,6 +562,9 @@ static void run_item(bn_engine *e, int s, int i, int thread) {
         case KIND_ATTENTION:
             attention_item(e, s / STAGES_PER_LAYER, i, thread);
             break;
+        case KIND_CHAIN:
+            chain_item(e, s, i, thread);
+            break;
         default:
             matmul_item(e, st, i);
     }
@@ -516,6 +577,7 @@ static void run_stages(bn_engine *e, int from, int to, int thread) {
     double t = timing ? now_s() : 0;
     for (int s = from; s < to; s++) {
         stage *st = &e->stages[s];
+        if (st->folded) continue; /* run by its chain's items */
         const int n = bn_pool_size(e->pool);
         int mine = 0;
         for (int k = 0; k < n; k++) { /* its own range, then what is left of the others' */
@@ -531,7 +593,7 @@ static void run_stages(bn_engine *e, int from, int to, int thread) {
         if (mine) atomic_fetch_add_explicit(&st->done, mine, memory_order_release);
         if (timing) {
             const double t1 = now_s();
-            e->prof[part_of_stage(e, s)] += t1 - t;
+            if (st->kind != KIND_CHAIN) e->prof[part_of_stage(e, s)] += t1 - t; /* a chain books its own parts */
             t = t1;
         }
         while (atomic_load_explicit(&st->done, memory_order_acquire) < st->n_items) bn_pool_relax();
