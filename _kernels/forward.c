@@ -27,7 +27,9 @@
  * and one forward to the next, in its caches (taking items from one shared counter moved them between the cores
  * at random: on a Zen 4 VM a small model's 8-row forward ran 1.8x slower on 2 threads than on 1). Stages with
  * enough work are shared: each run of consecutive shared stages is ONE job of the pool (pool.h), so a batch of
- * tokens on a small model costs one job per forward, not one per operation. Small stages (a single token's
+ * tokens on a small model costs one job per forward, not one per operation; when such a batch is split by tokens,
+ * the token-local stages between two attentions are folded into one (fold_chains), so its threads wait for each
+ * other twice per layer. Small stages (a single token's
  * norms, a small model's matrices at decode) stay on the calling thread. Workers that join a job late skip the
  * finished stages; a worker the OS has not scheduled never holds anyone up (it has taken no item).
  */
