@@ -431,12 +431,17 @@ static int token_split(const bn_engine *e, int T) {
     return n > 1 && layer_bytes <= TOKEN_SPLIT_MAX_BYTES && T >= n * TOKEN_SPLIT_MIN_TOKENS;
 }
 
+/* Tokens per run of a token_split batch of T: the item of its matrix stages and of its chains (fold_chains). */
+static int token_run(const bn_engine *e, int T) {
+    const int n_items = bn_pool_size(e->pool) * TOKEN_SPLIT_ITEMS_PER_THREAD;
+    const int per = (T + n_items - 1) / n_items;
+    return per < TOKEN_SPLIT_MIN_TOKENS ? TOKEN_SPLIT_MIN_TOKENS : per; /* whole token blocks for the kernels */
+}
+
 static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
                              float *y, int ldy, int kp) {
     if (kind == KIND_TERNARY && token_split(e, T)) { /* items: runs of tokens, each through all the rows */
-        const int n_items = bn_pool_size(e->pool) * TOKEN_SPLIT_ITEMS_PER_THREAD;
-        int per = (T + n_items - 1) / n_items;
-        if (per < TOKEN_SPLIT_MIN_TOKENS) per = TOKEN_SPLIT_MIN_TOKENS; /* whole token blocks for the kernels */
+        const int per = token_run(e, T);
         *st = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = kind, .w = w, .y = y, .T = T, .ldy = ldy,
                       .kp = kp, .chunk = units, .chunks_per_slice = 1, .slice_tokens = per};
         return;
@@ -458,7 +463,7 @@ static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, con
  * the token-split matrix stages, so every product sees the same rows as before: the same logits. */
 static void fold_chains(bn_engine *e, int T) {
     const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
-    const int per = e->stages[STAGE_QKV].slice_tokens; /* set_matmul_stage's run of tokens */
+    const int per = token_run(e, T);
     for (int s = 0; s < layer_stages;) {
         int end = s;
         while (end < layer_stages && end % STAGES_PER_LAYER != STAGE_ATTENTION) end++; /* up to the next attention */
@@ -528,8 +533,6 @@ static void head_norm_item(bn_engine *e, int r) {
     }
 }
 
-static void run_item(bn_engine *e, int s, int i, int thread);
-
 /* Item i of a KIND_CHAIN stage: its run of tokens through each stage [s, chain_end) in turn (the calling thread,
  * when profiling, books each stage's time to its part). */
 static void chain_item(bn_engine *e, int s, int i, int thread) {
@@ -539,7 +542,7 @@ static void chain_item(bn_engine *e, int s, int i, int thread) {
     double t = timing ? now_s() : 0;
     for (int f = s; f < c->chain_end; f++) {
         const layer_stage ls = (layer_stage)(f % STAGES_PER_LAYER);
-        if (f == s || e->stages[f].kind == KIND_TOKENS)
+        if (f == s || e->stages[f].kind == KIND_TOKENS) /* stage s itself (a token stage) now holds the chain */
             for (int tok = t0; tok < t1; tok++) token_stage(e, f / STAGES_PER_LAYER, ls, tok);
         else
             matmul_item(e, &e->stages[f], i); /* token_split: item i of the matrix stage is the same run */

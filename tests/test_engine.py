@@ -98,7 +98,7 @@ def test_incremental_decode_equals_one_pass(tiny, isa):
 @pytest.mark.parametrize("isa", PATHS)
 def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
     """1, 2 and 3 threads give bit-identical logits, for one token and for batches that the engine splits between
-    the threads by rows of each matrix (few tokens) or by tokens (a small model's batch of >= 8 per thread), causal
+    the threads by rows of each matrix (few tokens) or by tokens (a small model's batch of >= 4 per thread), causal
     and block attention. Each thread owns a range of every stage's items and takes the rest of the others'; a
     token's integer sums and float steps are the same whichever thread runs it."""
     ef, _ = tiny_hd16
@@ -118,7 +118,6 @@ def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
     for threads in (2, 3):
         for a, b in zip(run(threads), one):
             assert np.array_equal(a, b), threads
-
 
 
 @pytest.mark.parametrize("block", [4, 8])
