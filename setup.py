@@ -1,8 +1,9 @@
 """Builds the C engine (_kernels/) into the extension bitnet_app._engine.
 
 Each kernel file is compiled with its own instruction-set flags (kernels_avx2.c with AVX2+FMA,
-kernels_avx512.c with AVX512-VNNI, kernels_avxvnni.c with AVX-VNNI where the compiler knows it) and the best
-path is chosen at run time, so one build runs on any x86-64 CPU; other CPUs get the portable C path. No OpenMP: the engine has its own pthread pool.
+kernels_avx512.c with AVX512-VNNI, kernels_avxvnni.c and kernels_amx.c with AVX-VNNI and AMX where the compiler
+knows them) and the best path is chosen at run time, so one build runs on any x86-64 CPU; other CPUs get the portable
+C path. No OpenMP: the engine has its own pthread pool.
 """
 import os
 import platform
@@ -24,8 +25,11 @@ ISA_FLAGS = {
     "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
     "kernels_avxvnni.c": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],   # gcc >= 11, clang >= 12
     "kernels_avxvnni_emulated.c": ["-mavx2", "-mfma", "-mf16c"],
+    "kernels_amx.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma", "-mamx-tile", "-mamx-int8"],  # gcc >= 11
+    "kernels_amx_emulated.c": ["-mavx2", "-mfma", "-mf16c"],
 }
 AVXVNNI = "kernels_avxvnni.c"
+AMX = "kernels_amx.c"
 GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c"]
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
@@ -43,6 +47,9 @@ class BuildEngine(build_ext):
         if IS_X86 and not self._compiles_with(ISA_FLAGS[AVXVNNI]):  # an older compiler: no AVX-VNNI path
             del isa_files[AVXVNNI]
             macros.append(("BN_NO_AVXVNNI", "1"))
+        if IS_X86 and not self._compiles_with(ISA_FLAGS[AMX]):  # an older compiler: no AMX path
+            del isa_files[AMX]
+            macros.append(("BN_NO_AMX", "1"))
         files = [(f, []) for f in GENERIC] + list(isa_files.items())
         objects = []
         try:

@@ -1,7 +1,12 @@
 /* Run-time choice of the kernel path: the best one the CPU (and OS) supports, or a forced one.
- * Order of preference: AVX512-VNNI, AVX-VNNI (256-bit vpdpbusd, CPUs without AVX-512), AVX2, portable C. */
+ * Order of preference: AMX (with AVX512-VNNI), AVX512-VNNI, AVX-VNNI (256-bit vpdpbusd, CPUs without AVX-512), AVX2,
+ * portable C. */
 #include <pthread.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "kernels.h"
 
@@ -23,6 +28,24 @@ static int has_avx_vnni(void) {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!has_avx2() || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (a >> 4) & 1;
+}
+
+/* AMX-INT8: CPUID leaf 7 EDX bits 24 (tiles) and 25 (int8 multiplies), the OS saving the tile state (XCR0 bits 17
+ * and 18), and Linux's permission for this process to use the tile data (asked once; it holds for all threads). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+static int amx_usable;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static void probe_amx(void) {
+#if defined(__linux__) && !defined(BN_NO_AMX)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!has_avx512_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1))
+        return;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return;
+    amx_usable = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#endif
 }
 
 /* The AVX-VNNI tables: AVX2's entries with the two matmuls replaced, built once. */
@@ -56,6 +79,30 @@ static const bn_kernels *avx512(void) {
     return &avx512_table;
 }
 
+/* The AMX tables: AVX512's with the two matmuls on tiles; the emulated one is AVX2's with the tiles in plain C. */
+static bn_kernels amx_table, amx_emulated_table;
+static pthread_once_t amx_tables_once = PTHREAD_ONCE_INIT;
+static void build_amx_tables(void) {
+    amx_emulated_table = bn_kernels_avx2;
+    amx_emulated_table.name = "amx-emulated";
+    amx_emulated_table.ternary_matmul = bn_amx_emulated_ternary_matmul;
+    amx_emulated_table.int8_matmul = bn_amx_emulated_int8_matmul;
+#ifndef BN_NO_AMX
+    if (avx512()) {
+        amx_table = *avx512();
+        amx_table.name = "amx";
+        amx_table.ternary_matmul = bn_amx_ternary_matmul;
+        amx_table.int8_matmul = bn_amx_int8_matmul;
+    }
+#endif
+}
+static const bn_kernels *amx(int emulated) {
+    pthread_once(&amx_tables_once, build_amx_tables);
+    if (emulated) return has_avx2() ? &amx_emulated_table : NULL;
+    pthread_once(&amx_once, probe_amx);
+    return amx_usable ? &amx_table : NULL;
+}
+
 static const bn_kernels *avxvnni(int emulated) {
     pthread_once(&vnni_once, build_vnni_tables);
     if (emulated) return has_avx2() ? &avxvnni_emulated_table : NULL;
@@ -70,6 +117,8 @@ const bn_kernels *bn_select_kernels(const char *force) {
     if (force && *force) {
         if (!strcmp(force, "portable")) return &bn_kernels_portable;
 #ifdef BN_HAVE_X86
+        if (!strcmp(force, "amx")) return amx(0);
+        if (!strcmp(force, "amx-emulated")) return amx(1);
         if (!strcmp(force, "avx512") || !strcmp(force, "avx512-vnni")) return avx512();
         if (!strcmp(force, "avxvnni")) return avxvnni(0);
         if (!strcmp(force, "avxvnni-emulated")) return avxvnni(1);
@@ -78,6 +127,7 @@ const bn_kernels *bn_select_kernels(const char *force) {
         return NULL;
     }
 #ifdef BN_HAVE_X86
+    if (amx(0)) return amx(0);
     if (has_avx512_vnni()) return avx512();
     if (avxvnni(0)) return avxvnni(0);
     if (has_avx2()) return &bn_kernels_avx2;

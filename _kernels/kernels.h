@@ -1,6 +1,7 @@
 /* The per-ISA kernel table. One implementation per file: kernels_portable.c (plain C, the reference
- * path), kernels_avx2.c, kernels_avx512.c (AVX512-VNNI). Each is compiled with its own target flags
- * (setup.py) and chosen at run time (dispatch.c).
+ * path), kernels_avx2.c, kernels_avx512.c (AVX512-VNNI); kernels_avxvnni.c and kernels_amx.c give two matmuls on top
+ * of AVX2's and AVX512's tables. Each is compiled with its own target flags (setup.py) and chosen at run time
+ * (dispatch.c).
  *
  * Activations arrive quantized: xq (T, Kp) int8 per token (zero padded to Kp), with
  *   xsum[t] = sum_k xq[t, k]   (corrects the +1 offset of the ternary codes: (w+1)*x = w*x + x)
@@ -83,10 +84,23 @@ void bn_avxvnni_ternary_matmul(const uint8_t *codes, int kp, const float *row_sc
 void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #endif
+/* kernels_amx.c: the two matmuls of the AMX path (tile multiplies for 4 tokens or more, the AVX512-VNNI kernels
+ * below that; its other entries are AVX512's), and the same code with the tile instructions in plain C over the
+ * AVX2 kernels (kernels_amx_emulated.c, for tests) */
+void bn_amx_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                    const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_amx_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                                 const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+#ifndef BN_NO_AMX /* setup.py defines it when the compiler has no -mamx-int8 */
+void bn_amx_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_amx_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                        const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+#endif
 #endif
 
-/* The best table for this CPU, or the one named by `force` ("avx512", "avxvnni", "avx2", "portable", or
- * "avxvnni-emulated": the AVX-VNNI kernels in AVX2, for tests).
+/* The best table for this CPU, or the one named by `force` ("amx", "avx512", "avxvnni", "avx2", "portable", or
+ * "avxvnni-emulated" / "amx-emulated": those kernels' code on AVX2, for tests).
  * Returns NULL if the forced path is not supported by the CPU. */
 const bn_kernels *bn_select_kernels(const char *force);
 

@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, help="random weights of a named shape")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
     b.add_argument("--threads", type=int)
-    b.add_argument("--isa", choices=("avx512", "avxvnni", "avx2", "portable", "avxvnni-emulated"),
+    b.add_argument("--isa", choices=("amx", "avx512", "avxvnni", "avx2", "portable", "avxvnni-emulated"),
                    help="force a kernel path (avxvnni-emulated: the AVX-VNNI kernels in AVX2, for tests)")
     b.add_argument("--lm-head", choices=("int8", "exact"), default="int8")
     b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")

@@ -11,9 +11,10 @@ from bitnet_app.engine.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles
 
 def available_paths():
     paths = []
-    # avxvnni-emulated: the AVX-VNNI kernels with vpdpbusd written in AVX2 (exactly), so that their code runs on
-    # every AVX2 machine; avxvnni itself only where the CPU has the instruction
-    for isa in ("portable", "avx2", "avxvnni-emulated", "avxvnni", "avx512"):
+    # avxvnni-emulated / amx-emulated: the AVX-VNNI and AMX kernels with vpdpbusd / the tile instructions written
+    # in AVX2 / plain C (exactly), so that their code runs on every AVX2 machine; avxvnni and amx themselves only
+    # where the CPU has the instructions
+    for isa in ("portable", "avx2", "avxvnni-emulated", "avxvnni", "avx512", "amx-emulated", "amx"):
         try:
             _engine.kernel_name(isa)
             paths.append(isa)
@@ -45,9 +46,16 @@ def cpu_flags():
     return set()
 
 
+AVX512_VNNI = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+# Linux lists the AMX flags only when it saves the tile state, and grants each process the tiles on request
+AMX_INT8 = AVX512_VNNI | {"amx_tile", "amx_int8"}
+
+
 def expected_best_path(flags):
     """The kernel path the dispatcher must pick for these CPU flags (the same rule as _kernels/dispatch.c)."""
-    if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+    if AMX_INT8 <= flags:
+        return "amx"
+    if AVX512_VNNI <= flags:
         return "avx512-vnni"
     if {"avx2", "fma", "f16c", "avx_vnni"} <= flags:
         return "avxvnni"
@@ -68,7 +76,9 @@ def test_this_machine_runs_its_fastest_path():
     assert ("avx2" in PATHS) == ({"avx2", "fma", "f16c"} <= flags)
     assert ("avxvnni-emulated" in PATHS) == ("avx2" in PATHS)
     assert ("avxvnni" in PATHS) == ({"avx2", "fma", "f16c", "avx_vnni"} <= flags)
-    assert ("avx512" in PATHS) == (best == "avx512-vnni")
+    assert ("amx-emulated" in PATHS) == ("avx2" in PATHS)
+    assert ("avx512" in PATHS) == (AVX512_VNNI <= flags)
+    assert ("amx" in PATHS) == (best == "amx")
 
 
 def padded_activations(rng, T, K, kp):

@@ -31,7 +31,8 @@ import numpy as np
 from .file import EngineFile
 from .resident import huge_pages_available, shared_resident, streamed_names
 
-ISA_ENV = "BITNET_ISA"  # force a kernel path: avx512 | avxvnni | avx2 | portable (| avxvnni-emulated, for tests)
+# force a kernel path: amx | avx512 | avxvnni | avx2 | portable (| avxvnni-emulated, amx-emulated: for tests)
+ISA_ENV = "BITNET_ISA"
 
 
 class Engine:

@@ -14,7 +14,8 @@ from . import export, sources, state
 from .stats import MODE_LABELS
 
 ISA_LABELS = {"avx512-vnni": "AVX512-VNNI", "avx512": "AVX512-VNNI", "avxvnni": "AVX-VNNI", "avx2": "AVX2",
-              "avxvnni-emulated": "AVX-VNNI (emulated in AVX2)", "portable": "portable C"}
+              "avxvnni-emulated": "AVX-VNNI (emulated in AVX2)", "amx": "AMX + AVX512-VNNI",
+              "amx-emulated": "AMX (emulated in C)", "portable": "portable C"}
 
 
 def _clear_chat() -> None:
