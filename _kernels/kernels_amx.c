@@ -24,9 +24,10 @@
 
 #include "kernels.h"
 
-/* Below this many tokens the VNNI kernels are as fast (measured on a Xeon: a 512 x 192 ternary matmul of 3 tokens
- * takes the same time both ways, 4 tokens 1.4x less on tiles) and decode stays memory-bound. */
-#define AMX_MIN_TOKENS 4
+/* Below this many tokens the VNNI kernels are as fast or faster, measured on a Xeon (2 threads): on the 2B-4T shape
+ * (weights streamed from memory) 4 tokens take 41 ms per forward on VNNI and 49 on tiles, 8 tokens 56 both ways,
+ * 32 tokens 169 and 88; decode (1 token) is memory-bound. */
+#define AMX_MIN_TOKENS 8
 #define QUADS 16     /* B tile rows: 16 quads = 64 columns */
 #define TILE_BYTES 1024
 
@@ -99,8 +100,11 @@ static void emu_dp(int c, int a, int b, int b_signed) {
 #endif
 
 /* Tile registers: C (weight row tile r, token tile t) = 2r + t; A (token tile t) = 4 + t; B (row tile r) = 6 + r.
- * Token tile 0 holds rows0 tokens, tile 1 rows1 (0: unused, configured as 1 row). */
-static void configure(int rows0, int rows1) {
+ * Token tile 0 holds rows0 tokens, tile 1 rows1 (0: unused, configured as 1 row). loaded: the shape this call loaded
+ * last ({-1, -1} at the start of a call), since loading a configuration costs ~0.1 µs. */
+static void configure(int rows0, int rows1, int loaded[2]) {
+    if (loaded[0] == rows0 && loaded[1] == rows1) return;
+    loaded[0] = rows0, loaded[1] = rows1;
     tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -153,19 +157,17 @@ static scratch *thread_scratch(size_t unpacked) {
 /* ---------------------------------------------------------------- the tiled product */
 
 /* One ternary row tile (groups of 64 bytes) -> B tiles (blocks, QUADS, 64): group g gives quads 4g .. 4g+3 (the
- * codes of columns 16g + 4s .. +3 sit in bits 2s of each lane's 4 bytes); quads past the last group are zero. */
-static void unpack_tile(const uint8_t *wt, int groups, uint8_t *out) {
-    for (int g = 0; g < groups; g++) {
-        const uint8_t *v = wt + (size_t)g * 64;
-        uint8_t *o = out + (size_t)g * 256;
+ * codes of columns 16g + 4s .. +3 sit in bits 2s of each lane's 4 bytes); quads past the last group are zero.
+ * And y (rows x 16, stride ldy) = (c - xsum[t]) * xinv[t] * scale[n]: the VNNI kernels' arithmetic (xsum NULL:
+ * none). Plain C in the emulated build (the reference), AVX-512 in the real one (3x faster than what the compiler
+ * makes of the plain loops). */
+#ifdef BN_AMX_EMULATED
+static void unpack_groups(const uint8_t *wt, int groups, uint8_t *out) {
+    for (int g = 0; g < groups; g++)
         for (int s = 0; s < 4; s++)
-            for (int i = 0; i < 64; i++) o[64 * s + i] = (v[i] >> (2 * s)) & 3;
-    }
-    const int padded = (groups + 3) & ~3;
-    memset(out + (size_t)groups * 256, 0, (size_t)(padded - groups) * 256);
+            for (int i = 0; i < 64; i++) out[(size_t)g * 256 + 64 * s + i] = (wt[(size_t)g * 64 + i] >> (2 * s)) & 3;
 }
 
-/* y (rows x 16, stride ldy) = (c - xsum[t]) * xinv[t] * scale[n]: the VNNI kernels' arithmetic (xsum NULL: none) */
 static void scale_rows(const int32_t *c, int rows, const int32_t *xsum, const float *xinv, const float *scale,
                        float *y, int ldy) {
     for (int t = 0; t < rows; t++) {
@@ -173,14 +175,47 @@ static void scale_rows(const int32_t *c, int rows, const int32_t *xsum, const fl
         for (int n = 0; n < 16; n++) y[(size_t)t * ldy + n] = (float)(c[16 * t + n] - off) * xinv[t] * scale[n];
     }
 }
+#else
+static void unpack_groups(const uint8_t *wt, int groups, uint8_t *out) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (int g = 0; g < groups; g++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(wt + (size_t)g * 64));
+        uint8_t *o = out + (size_t)g * 256;
+        _mm512_storeu_si512((void *)o, _mm512_and_si512(v, m3));
+        _mm512_storeu_si512((void *)(o + 64), _mm512_and_si512(_mm512_srli_epi16(v, 2), m3));
+        _mm512_storeu_si512((void *)(o + 128), _mm512_and_si512(_mm512_srli_epi16(v, 4), m3));
+        _mm512_storeu_si512((void *)(o + 192), _mm512_and_si512(_mm512_srli_epi16(v, 6), m3));
+    }
+}
+
+static void scale_rows(const int32_t *c, int rows, const int32_t *xsum, const float *xinv, const float *scale,
+                       float *y, int ldy) {
+    const __m512 s = _mm512_loadu_ps(scale);
+    for (int t = 0; t < rows; t++) {
+        __m512i v = _mm512_loadu_si512((const void *)(c + 16 * t));
+        if (xsum) v = _mm512_sub_epi32(v, _mm512_set1_epi32(xsum[t]));
+        const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(xinv[t])), s);
+        _mm512_storeu_ps(y + (size_t)t * ldy, f);
+    }
+}
+#endif
+
+/* Block kb (groups 4kb .. 4kb+3, those that exist; zero codes past the last) of a ternary row tile wt -> out */
+static void unpack_block(const uint8_t *wt, int groups, int kb, uint8_t *out) {
+    const int g0 = 4 * kb, n = groups - g0 < 4 ? groups - g0 : 4;
+    for (int i = 0; i < 4; i++) __builtin_prefetch(wt + (size_t)(g0 + 32 + i) * 64); /* 8 blocks ahead */
+    unpack_groups(wt + (size_t)g0 * 64, n, out);
+    if (n < 4) memset(out + n * 256, 0, (size_t)(4 - n) * 256);
+}
 
 /* rt (1 or 2) weight row tiles x up to 32 tokens over all blocks of 64 columns. b[r]: row tile r's B tiles
- * (blocks of TILE_BYTES); b_tail[r]: its last block when kp is not a multiple of 64 (zero padded). */
-static void tiles_block(scratch *s, const uint8_t *const b[2], const uint8_t *const b_tail[2], int rt, int s8_weights,
-                        const int8_t *xq, int kp, int n_tokens, const int32_t *xsum, const float *xinv,
-                        const float *scale, float *y, int ldy) {
+ * (blocks of TILE_BYTES); b_tail[r]: its last block when kp is not a multiple of 64 (zero padded). codes: NULL, or
+ * the ternary row tiles to unpack into b block by block on the way (so each block is used while it is in L1). */
+static void tiles_block(scratch *s, int loaded[2], const uint8_t *const codes[2], uint8_t *const b[2],
+                        const uint8_t *const b_tail[2], int rt, int s8_weights, const int8_t *xq, int kp, int n_tokens,
+                        const int32_t *xsum, const float *xinv, const float *scale, float *y, int ldy) {
     const int full = kp / 64, rem = kp % 64, rows0 = n_tokens < 16 ? n_tokens : 16, rows1 = n_tokens - rows0;
-    configure(rows0, rows1);
+    configure(rows0, rows1, loaded);
     if (rem)
         for (int t = 0; t < n_tokens; t++) {
             memcpy(s->a_tail + t * 64, xq + (size_t)t * kp + full * 64, rem);
@@ -194,6 +229,8 @@ static void tiles_block(scratch *s, const uint8_t *const b[2], const uint8_t *co
         const int tail = kb == full;
         const int8_t *a = tail ? s->a_tail : xq + kb * 64;
         const size_t lda = tail ? 64 : (size_t)kp;
+        if (codes)
+            for (int r = 0; r < rt; r++) unpack_block(codes[r], kp / 16, kb, b[r] + (size_t)kb * TILE_BYTES);
         TILE_LOAD(4, a, lda);
         if (rows1) TILE_LOAD(5, a + 16 * lda, lda);
         TILE_LOAD(6, tail ? b_tail[0] : b[0] + (size_t)kb * TILE_BYTES, 64);
@@ -222,23 +259,25 @@ static void tiles_block(scratch *s, const uint8_t *const b[2], const uint8_t *co
     }
 }
 
-/* kernels.h's ternary_matmul: each pair of row tiles is unpacked once, then all tokens pass in chunks of 32 */
+/* kernels.h's ternary_matmul: each pair of row tiles is unpacked once, by the first chunk of 32 tokens, and the
+ * other chunks read it unpacked */
 void ENTRY(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16, blocks = (kp + 63) / 64;
+    const int blocks = (kp + 63) / 64;
     const size_t tile_bytes = (size_t)blocks * TILE_BYTES;
     scratch *s = T >= AMX_MIN_TOKENS ? thread_scratch(2 * tile_bytes) : NULL;
     if (!s) { /* few tokens, or no memory for the scratch */
         FALLBACK.ternary_matmul(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
         return;
     }
+    int loaded[2] = {-1, -1};
     for (int tile = n0 / 16; tile < n1 / 16; tile += 2) {
         const int rt = tile + 1 < n1 / 16 ? 2 : 1;
-        const uint8_t *b[2] = {s->unpacked, s->unpacked + tile_bytes};
-        const uint8_t *b_tail[2] = {b[0] + (size_t)(kp / 64) * TILE_BYTES, b[1] + (size_t)(kp / 64) * TILE_BYTES};
-        for (int r = 0; r < rt; r++) unpack_tile(codes + (size_t)(tile + r) * groups * 64, groups, s->unpacked + r * tile_bytes);
+        uint8_t *const b[2] = {s->unpacked, s->unpacked + tile_bytes};
+        const uint8_t *const b_tail[2] = {b[0] + (size_t)(kp / 64) * TILE_BYTES, b[1] + (size_t)(kp / 64) * TILE_BYTES};
+        const uint8_t *const rows[2] = {codes + (size_t)tile * (kp / 16) * 64, codes + (size_t)(tile + 1) * (kp / 16) * 64};
         for (int t0 = 0; t0 < T; t0 += 32)
-            tiles_block(s, b, b_tail, rt, 0, xq + (size_t)t0 * kp, kp, T - t0 < 32 ? T - t0 : 32, xsum + t0, xinv + t0,
+            tiles_block(s, loaded, t0 == 0 ? rows : NULL, b, b_tail, rt, 0, xq + (size_t)t0 * kp, kp, T - t0 < 32 ? T - t0 : 32, xsum + t0, xinv + t0,
                         row_scale + tile * 16, y + (size_t)t0 * ldy + tile * 16, ldy);
     }
     TILE_RELEASE();
@@ -255,17 +294,18 @@ void ENTRY(int8_matmul)(const int8_t *w, int kp, const float *row_scale, const i
     }
     const size_t tile_bytes = (size_t)(kp / 4) * 64;
     const int full = kp / 64, rem_quads = (kp % 64) / 4;
+    int loaded[2] = {-1, -1};
     for (int tile = n0 / 16; tile < n1 / 16; tile += 2) {
         const int rt = tile + 1 < n1 / 16 ? 2 : 1;
-        const uint8_t *b[2] = {(const uint8_t *)w + (size_t)tile * tile_bytes,
-                               (const uint8_t *)w + (size_t)(tile + 1) * tile_bytes};
+        /* (only read: tiles_block writes b only when it is given codes to unpack) */
+        uint8_t *const b[2] = {(uint8_t *)w + (size_t)tile * tile_bytes, (uint8_t *)w + (size_t)(tile + 1) * tile_bytes};
         const uint8_t *b_tail[2] = {s->b_tail[0], s->b_tail[1]};
         for (int r = 0; r < rt && rem_quads; r++) { /* the last, partial block: the tile's end, then zeros */
             memcpy(s->b_tail[r], b[r] + (size_t)full * TILE_BYTES, (size_t)rem_quads * 64);
             memset(s->b_tail[r] + rem_quads * 64, 0, (size_t)(QUADS - rem_quads) * 64);
         }
         for (int t0 = 0; t0 < T; t0 += 32)
-            tiles_block(s, b, b_tail, rt, 1, xq + (size_t)t0 * kp, kp, T - t0 < 32 ? T - t0 : 32, NULL, xinv + t0,
+            tiles_block(s, loaded, NULL, b, b_tail, rt, 1, xq + (size_t)t0 * kp, kp, T - t0 < 32 ? T - t0 : 32, NULL, xinv + t0,
                         row_scale + tile * 16, y + (size_t)t0 * ldy + tile * 16, ldy);
     }
     TILE_RELEASE();

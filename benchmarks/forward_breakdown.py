@@ -22,7 +22,7 @@ Each figure is the median over the repetitions (µs per forward), or with --stat
 The ceiling is the "int8 ceiling" of the path's tool (run_benchmarks.ceiling_tool): for the 256-bit paths
 benchmarks/ceilings/int8_avx2.c (the faster of vpmaddubsw + vpmaddwd + vpaddd chains and the ternary kernels' own
 step, vpmaddubsw + vpaddw, on registers), for the avx512 path benchmarks/ceilings/int8_vnni.c (vpdpbusd on zmm
-registers), built and run three times with the same number of threads before and after the forwards;
+registers), for the amx path benchmarks/ceilings/int8_amx.c (tdpbusd on tiles), built and run three times with the same number of threads before and after the forwards;
 the best run counts. GMAC/s counts the ternary multiply-adds of the N rows (every layer's q, k, v, o,
 gate, up, down) plus the int8 head's for the one row of logits.
 

@@ -41,20 +41,21 @@ def machine() -> dict:
     model = re.search(r"Model name:\s*(.+)", info).group(1).strip()
     flags = re.search(r"Flags:\s*(.+)", info).group(1).split()
     return {"cpu": model, "cpus": os.cpu_count(),
-            "flags": [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx_vnni") if f in flags]}
+            "flags": [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx_vnni",
+                                                "amx_tile", "amx_int8") if f in flags]}
 
 
 CEILINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ceilings")
 
 
 # compile flags per ceiling tool: the plain AVX2 ones run on every CPU the fast paths run on; int8_vnni needs
-# AVX-512 VNNI (it is measured only where the CPU has it)
+# AVX-512 VNNI and int8_amx AMX-INT8 (each is measured only where the CPU has it)
 CEILING_FLAGS = {"readbw": ["-mavx2"], "int8_avx2": ["-mavx2"],
-                 "int8_vnni": ["-mavx512f", "-mavx512bw", "-mavx512vnni"]}
+                 "int8_vnni": ["-mavx512f", "-mavx512bw", "-mavx512vnni"], "int8_amx": ["-mamx-tile", "-mamx-int8"]}
 
 
 def build_ceiling(name: str, folder: str) -> str:
-    """Compile ceilings/<name>.c (readbw, int8_avx2, int8_vnni) into `folder`; the program's path."""
+    """Compile ceilings/<name>.c (readbw, int8_avx2, int8_vnni, int8_amx) into `folder`; the program's path."""
     exe = os.path.join(folder, name)
     subprocess.run(["gcc", "-O2", *CEILING_FLAGS[name], "-pthread", os.path.join(CEILINGS, f"{name}.c"), "-o", exe],
                    check=True, capture_output=True, text=True)
@@ -65,39 +66,47 @@ def has_avx512_vnni() -> bool:
     return "avx512_vnni" in machine()["flags"]
 
 
+def has_amx() -> bool:
+    return {"amx_tile", "amx_int8"} <= set(machine()["flags"])
+
+
 def ceiling_tool(isa: str) -> str:
-    """The int8 ceiling tool of a kernel path: vpdpbusd on zmm registers for the AVX-512 path, the AVX2 int8 steps
-    for the others (the AVX-VNNI path's 256-bit vpdpbusd is measured against AVX2's ceiling: a stricter bar on
-    CPUs where vpdpbusd beats vpmaddubsw + vpaddw, and no CPU here has AVX-VNNI to measure)."""
-    return "int8_vnni" if isa.startswith("avx512") else "int8_avx2"
+    """The int8 ceiling tool of a kernel path: tdpbusd on tiles for the AMX path, vpdpbusd on zmm registers for the
+    AVX-512 path, the AVX2 int8 steps for the others (the AVX-VNNI path's 256-bit vpdpbusd is measured against
+    AVX2's ceiling: a stricter bar on CPUs where vpdpbusd beats vpmaddubsw + vpaddw)."""
+    return "int8_amx" if isa == "amx" else "int8_vnni" if isa.startswith("avx512") else "int8_avx2"
 
 
 def ceilings() -> dict:
     """Build and run this folder's ceiling tools with 1 and 2 threads (ceilings/readbw.c, ceilings/int8_avx2.c,
-    and ceilings/int8_vnni.c where the CPU has AVX-512 VNNI); parse their figures.
-    stream_gb_s: the read roof of 2 threads (decode's ceiling); batch_gmac_s: the AVX2 int8 multiply-add ceiling
-    of 2 threads (the 256-bit paths' batched forwards); vnni_gmac_s: the vpdpbusd zmm ceiling of 2 threads (the
-    AVX-512 path's)."""
+    ceilings/int8_vnni.c where the CPU has AVX-512 VNNI, ceilings/int8_amx.c where it has AMX-INT8); parse their
+    figures. stream_gb_s: the read roof of 2 threads (decode's ceiling); batch_gmac_s: the AVX2 int8 multiply-add
+    ceiling of 2 threads (the 256-bit paths' batched forwards); vnni_gmac_s: the vpdpbusd zmm ceiling of 2 threads
+    (the AVX-512 path's); amx_gmac_s: the tdpbusd tile ceiling of 2 threads (the AMX path's)."""
     out = {}
-    vnni = has_avx512_vnni()
+    vnni, amx = has_avx512_vnni(), has_amx()
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("readbw", "int8_avx2") + (("int8_vnni",) if vnni else ()):
+        for name in ("readbw", "int8_avx2") + (("int8_vnni",) if vnni else ()) + (("int8_amx",) if amx else ()):
             build_ceiling(name, tmp)
         for th in (1, 2):
             out[f"read_gb_s_t{th}"] = float(re.search(r"threads=\d+ read GB/s ([\d.]+)", sh([f"{tmp}/readbw", str(th)])).group(1))
             out[f"int8_gmac_s_t{th}"] = float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", sh([f"{tmp}/int8_avx2", str(th)])).group(1))
             if vnni:
                 out[f"vnni_gmac_s_t{th}"] = float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", sh([f"{tmp}/int8_vnni", str(th)])).group(1))
+            if amx:
+                out[f"amx_gmac_s_t{th}"] = float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", sh([f"{tmp}/int8_amx", str(th)])).group(1))
     out["stream_gb_s"] = out["read_gb_s_t2"]
     out["batch_gmac_s"] = out["int8_gmac_s_t2"]
     if vnni:
         out["vnni_gmac_s"] = out["vnni_gmac_s_t2"]
+    if amx:
+        out["amx_gmac_s"] = out["amx_gmac_s_t2"]
     return out
 
 
 def path_ceiling(c: dict, isa: str) -> float:
     """The int8 ceiling (GMAC/s, 2 threads) a path's batched forwards are measured against (ceiling_tool)."""
-    return c["vnni_gmac_s"] if ceiling_tool(isa) == "int8_vnni" else c["batch_gmac_s"]
+    return {"int8_amx": c.get("amx_gmac_s"), "int8_vnni": c.get("vnni_gmac_s")}.get(ceiling_tool(isa), c["batch_gmac_s"])
 
 
 def bench_path(path: str, isa: str, repeats: int, lm_head: str = "int8") -> dict:
@@ -142,7 +151,7 @@ def agreement(path: str, isas: list[str]) -> dict:
         return {"top1": float(np.mean(a.argmax(1) == b.argmax(1))), "median_err": float(np.median(err)),
                 "max_err": float(err.max())}
 
-    best = isas[0]  # the fastest path this CPU has (avx512, else avx2, else portable)
+    best = isas[0]  # the fastest path this CPU has (amx, else avx512, else avxvnni, else avx2, else portable)
     base = run(lm_head="exact", kv="f32", isa=best)
     res = {"int8 head vs exact head (fp32 KV)": compare(run(lm_head="int8", kv="f32", isa=best), base),
            "fp16 KV vs fp32 KV (exact head)": compare(run(lm_head="exact", kv="f16", isa=best), base)}
@@ -158,7 +167,9 @@ def rows(result: dict) -> str:
              f"Ceilings measured in the same run (benchmarks/ceilings/): read roof {c['stream_gb_s']:.1f} GB/s "
              f"(2 threads); AVX2 int8 multiply-add {c['batch_gmac_s']:.0f} GMAC/s (2 threads)"
              + (f"; AVX-512 VNNI vpdpbusd {c['vnni_gmac_s']:.0f} GMAC/s (2 threads, the avx512 row's int8 ceiling)"
-                if "vnni_gmac_s" in c else "") + ".", "",
+                if "vnni_gmac_s" in c else "")
+             + (f"; AMX tdpbusd {c['amx_gmac_s']:.0f} GMAC/s (2 threads, the amx row's int8 ceiling)"
+                if "amx_gmac_s" in c else "") + ".", "",
              "| path | tg128 tok/s | % of stream ceiling | pp128 tok/s | 1 / 8 / 32-token forward ms | 8x, 32x of 1 "
              "| 8 / 32-token GMAC/s (% of int8 ceiling) | 8 / 32 rows of logits ms |",
              "|---|---|---|---|---|---|---|---|"]
@@ -195,7 +206,7 @@ def main():
     from bitnet_app import _engine
     from bitnet_app.bench import synthetic_file
 
-    isas = [i for i in ("avx512", "avxvnni", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
+    isas = [i for i in ("amx", "avx512", "avxvnni", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
     with synthetic_file("2b4t") as path:  # 1.5 GB, deleted at the end (bench --synthetic 2b4t --keep keeps one)
         commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO).strip()
         result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,
@@ -209,7 +220,7 @@ def main():
             print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
         result["ceilings_after"] = ceilings()  # again after: the machine is shared
         result["ceilings"] = {k: max(result["ceilings_before"][k], result["ceilings_after"][k])
-                              for k in ("stream_gb_s", "batch_gmac_s", "vnni_gmac_s") if k in result["ceilings_before"]}
+                              for k in ("stream_gb_s", "batch_gmac_s", "vnni_gmac_s", "amx_gmac_s") if k in result["ceilings_before"]}
         result["memory"] = {"short": memory_and_load(path), "long": memory_and_load(path, ctx_fill=3800)}
         result["agreement"] = agreement(path, isas)
         result["seconds"] = time.time() - t
