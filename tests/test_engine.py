@@ -1,4 +1,5 @@
 """The C forward against the numpy reference, on every kernel path, plus the cache contract."""
+import os
 import threading
 import time
 
@@ -118,6 +119,32 @@ def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
     for threads in (2, 3):
         for a, b in zip(run(threads), one):
             assert np.array_equal(a, b), threads
+
+
+def test_the_simd_paths_give_the_same_logits_bit_for_bit(tiny_hd16):
+    """The SIMD paths share their float code (kernels_avx2.c's attention and fused steps) and their integer sums
+    are exact, so AVX2, AVX-VNNI, AVX512-VNNI and AMX (and the emulated kernels) give identical logits: decode,
+    a prefill long enough for the AMX tiles (>= 8 tokens per call) and a diffusion block. (The portable path sums
+    its attention in another order.)"""
+    ef, _ = tiny_hd16
+    ids = ids_for(ef, 45, seed=7)
+    simd = [isa for isa in PATHS if isa != "portable"]
+    if len(simd) < 2:  # a CPU without AVX2 (not x86-64): nothing to compare; CI machines all have AVX2
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs an AVX2 machine; this one has the kernel paths {PATHS}")
+        pytest.skip("fewer than two SIMD kernel paths on this CPU")
+
+    def run(isa):
+        eng = Engine(ef, lm_head="int8", isa=isa, threads=2)
+        out = [eng.forward(ids[:37], rows=range(37))]                                  # prefill
+        out.append(eng.forward(ids[37:45], start=37, commit=False, attention="block", block_size=8,
+                               rows=range(8)))                                          # a block
+        out.append(eng.forward(ids[37:38], start=37))                                  # decode
+        return out
+    first = run(simd[0])
+    for isa in simd[1:]:
+        for a, b in zip(run(isa), first):
+            assert np.array_equal(a, b), (isa, simd[0])
 
 
 @pytest.mark.parametrize("block", [4, 8])
