@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "bitnet.h"
+#include "float_mode.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -800,6 +801,7 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
         set_err(err, errlen, "out of memory for the forward's scratch buffers");
         return -1;
     }
+    const unsigned caller_mode = bn_flush_denormals(); /* float_mode.h: restored before returning */
     const double t_begin = e->profiling ? now_s() : 0;
     const int D = m->dim;
     for (int t = 0; t < T; t++) {
@@ -819,5 +821,6 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
         e->prof[BN_PART_OUTPUT] += t_end - t;
         e->prof[BN_PART_TOTAL] += t_end - t_begin;
     }
+    bn_restore_float_mode(caller_mode);
     return 0;
 }

@@ -12,6 +12,7 @@
  */
 #include "pool.h"
 
+#include "float_mode.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -53,6 +54,7 @@ static void *worker_main(void *p) {
     const int index = ((worker_arg *)p)->index;
     uint32_t seen = 0;
     int spins = 0;
+    bn_flush_denormals(); /* the engine's float mode (float_mode.h): a worker runs nothing else */
     while (!atomic_load_explicit(&pool->stop, memory_order_acquire)) {
         uint64_t s = atomic_load_explicit(&pool->state, memory_order_acquire);
         if (gen_of(s) == seen || (s & CLOSED)) {

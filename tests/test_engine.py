@@ -121,6 +121,19 @@ def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
             assert np.array_equal(a, b), threads
 
 
+def test_a_forward_leaves_the_callers_float_mode_as_it_was(tiny):
+    """The engine flushes denormals while it computes (_kernels/float_mode.h) and restores the calling thread's mode:
+    numpy on that thread still keeps a denormal after a forward (a mode left set would make it 0)."""
+    ef, _ = tiny
+    tiny_value = np.array([1e-39], np.float32)  # below float32's smallest normal, 1.18e-38
+
+    def bits_of_tiny_times_one():  # compared as integers: with the mode left set, float compares see 0 too
+        return int((tiny_value * np.float32(1)).view(np.uint32)[0])
+    assert bits_of_tiny_times_one() == int(tiny_value.view(np.uint32)[0]) != 0  # denormals work here at first
+    Engine(ef, threads=2).forward(ids_for(ef, 5))
+    assert bits_of_tiny_times_one() == int(tiny_value.view(np.uint32)[0])
+
+
 def test_the_simd_paths_give_the_same_logits_bit_for_bit(tiny_hd16):
     """The SIMD paths share their float code (kernels_avx2.c's attention and fused steps) and their integer sums
     are exact, so AVX2, AVX-VNNI, AVX512-VNNI and AMX (and the emulated kernels) give identical logits: decode,
@@ -261,6 +274,9 @@ def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
     eng._c.set_profile(True)
     eng.reset()
     timed = eng.forward(ids, rows=range(12))
+    for _ in range(19):  # the parts add up over calls: 20 forwards, so that one interrupt in an untimed gap
+        eng.reset()      # between two parts (~2 us of a 45 us forward) cannot decide the sum below
+        eng.forward(ids, rows=range(12))
     parts = eng._c.profile()
     eng._c.set_profile(False)
     np.testing.assert_array_equal(plain, timed)
