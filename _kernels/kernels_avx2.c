@@ -83,6 +83,7 @@ static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const
         __m256i s0 = _mm256_setzero_si256(), s1 = s0; /* int16 sums of this run of groups */
         for (int g = g0; g < g1; g++) {
             _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
             const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
             const __m256i q = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
             const int8_t *xg = x + g * 16;

@@ -44,6 +44,7 @@ static inline __attribute__((always_inline)) void ternary_block(
         for (int r = 0; r < rt; r++) {
             const uint8_t *p = wt + r * tile_bytes + g * 64;
             _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+            if (bt == 1) _mm_prefetch((const char *)(p + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* decode: L2 too (kernels.h) */
             const __m512i v = _mm512_loadu_si512((const void *)p);
             w[r][0] = _mm512_and_si512(v, m3);
             w[r][1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m3);

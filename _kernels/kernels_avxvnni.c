@@ -52,6 +52,7 @@ static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const
     for (int f = 0; f < 4; f++) a[f][0] = a[f][1] = _mm256_setzero_si256();
     for (int g = 0; g < groups; g++) {
         _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
         const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
         const __m256i q = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
 #pragma GCC unroll 4
