@@ -90,7 +90,7 @@ void bn_avxvnni_ternary_matmul(const uint8_t *codes, int kp, const float *row_sc
 void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #endif
-/* kernels_amx.c: the two matmuls of the AMX path (tile multiplies for 4 tokens or more, the AVX512-VNNI kernels
+/* kernels_amx.c: the two matmuls of the AMX path (tile multiplies for 8 tokens or more, the AVX512-VNNI kernels
  * below that; its other entries are AVX512's), and the same code with the tile instructions in plain C over the
  * AVX2 kernels (kernels_amx_emulated.c, for tests) */
 void bn_amx_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,

@@ -1,7 +1,7 @@
 /* AMX kernels: the two int8 matmuls on Intel's tile unit (AMX-INT8, Xeon 4th generation and later), for batches of
  * tokens (prefill, a diffusion step). One tile multiply (`tdpbsud`/`tdpbssd`) does 16 tokens x 16 rows x 64 columns
- * = 16,384 multiply-adds, 8-16x what vpdpbusd does in the same time; decode (a token at a time) stays on the
- * AVX512-VNNI kernels, which read each weight once anyway.
+ * = 16,384 multiply-adds; the tile ceiling is 7.4x the zmm vpdpbusd one on the Xeon here (6,242 against 845 GMAC/s
+ * on 2 threads). Decode (a token at a time) stays on the AVX512-VNNI kernels, which read each weight once anyway.
  *
  * The operands, with A the tokens and B the weights (C[t, n] += sum_k A[t, k] * B[k, n], k in quads):
  *   A = xq rows: up to 16 tokens x 64 columns of s8 activations, straight from xq (stride kp).
