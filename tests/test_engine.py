@@ -274,8 +274,8 @@ def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
     eng._c.set_profile(True)
     eng.reset()
     timed = eng.forward(ids, rows=range(12))
-    for _ in range(19):  # the parts add up over calls: 20 forwards, so that one interrupt in an untimed gap
-        eng.reset()      # between two parts (~2 us of a 45 us forward) cannot decide the sum below
+    for _ in range(19):  # the parts add up over calls: 20 forwards, so one interrupt cannot decide the sum below
+        eng.reset()
         eng.forward(ids, rows=range(12))
     parts = eng._c.profile()
     eng._c.set_profile(False)
@@ -284,7 +284,10 @@ def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
     assert total > 0 and all(v >= 0 for v in parts.values()), parts
     for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "lm_head"):
         assert parts[name] > 0, name
-    assert sum(parts.values()) == pytest.approx(total, rel=0.05)
+    # what no part times (the stage bookkeeping between parts) is ~2 us per forward on every path: 3-4% of this
+    # ~45 us forward, so allow it as a fixed slack; a part left out (attention alone is ~10 us) still fails
+    gap = total - sum(parts.values())
+    assert -0.01 * total <= gap <= 0.05 * total + 20 * 4e-6, (gap, total)
     eng.reset()
     eng.forward(ids)
     assert not any(eng._c.profile().values())  # off: zeroed, and nothing is added
