@@ -271,23 +271,30 @@ def test_profiling_times_every_part_and_changes_nothing(tiny, isa):
     ids = ids_for(ef, 12, seed=8)
     eng = Engine(ef, isa=isa, threads=2)
     plain = eng.forward(ids, rows=range(12))
-    eng._c.set_profile(True)
-    eng.reset()
-    timed = eng.forward(ids, rows=range(12))
-    for _ in range(19):  # the parts add up over calls: 20 forwards, so one interrupt cannot decide the sum below
-        eng.reset()
-        eng.forward(ids, rows=range(12))
-    parts = eng._c.profile()
-    eng._c.set_profile(False)
-    np.testing.assert_array_equal(plain, timed)
-    total = parts.pop("total")
-    assert total > 0 and all(v >= 0 for v in parts.values()), parts
-    for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "lm_head"):
-        assert parts[name] > 0, name
     # what no part times (the stage bookkeeping between parts) is ~2 us per forward on every path: 3-4% of this
-    # ~45 us forward, so allow it as a fixed slack; a part left out (attention alone is ~10 us) still fails
-    gap = total - sum(parts.values())
-    assert -0.01 * total <= gap <= 0.05 * total + 20 * 4e-6, (gap, total)
+    # ~45 us forward, so allow it as a fixed slack beside 5%; a part left out (attention alone is ~10 us) still
+    # fails. A preemption inside one forward can add tens of us to the gap of any batch (seen in CI on the slow
+    # emulated path), so the check takes the best of up to five batches of 20 forwards: a missing part fails all.
+    gaps = []
+    for batch in range(5):
+        eng._c.set_profile(True)
+        for i in range(20):
+            eng.reset()
+            out = eng.forward(ids, rows=range(12))
+            if batch == 0 and i == 0:
+                np.testing.assert_array_equal(plain, out)  # timing changes nothing
+        parts = eng._c.profile()
+        eng._c.set_profile(False)
+        total = parts.pop("total")
+        assert total > 0 and all(v >= 0 for v in parts.values()), parts
+        for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "lm_head"):
+            assert parts[name] > 0, name
+        gap = total - sum(parts.values())
+        assert gap >= -0.01 * total, (gap, total)  # the parts never add up to more than the call
+        gaps.append((gap, total))
+        if gap <= 0.05 * total + 20 * 4e-6:
+            break
+    assert gaps[-1][0] <= 0.05 * gaps[-1][1] + 20 * 4e-6, gaps  # the loop stops at the first batch that holds
     eng.reset()
     eng.forward(ids)
     assert not any(eng._c.profile().values())  # off: zeroed, and nothing is added
