@@ -12,7 +12,9 @@
  *   x += ternary(down) @ quant8(rmsnorm(act(g) * u) * ffn_sub_norm)      act: relu(g)^2 or silu(g) = g*sigmoid(g)
  * The sub-norms are optional (NULL in bn_layer: the Llama family has none): then quant8(o), quant8(act(g) * u).
  * Final: logits[rows] = head(rmsnorm(x[rows]) * norm), head = int8 tiles (default) or the bf16 head (exact:
- * the embedding when tied, lm_head when not).
+ * the embedding when tied, lm_head when not). Only the logit rows need the last layer beyond its K/V, so when
+ * fewer are asked (a prefill, a block commit, a denoising step) its attention and everything after run on those
+ * rows alone (trims_last_layer).
  *
  * quant8: per token, scale = 127 / max|x| (max clamped to 1e-5), q = round-half-even(x * scale) in
  * [-128, 127]; the int32 dot products are multiplied back by 1/scale and the per-row weight multiplier.
@@ -100,6 +102,7 @@ typedef struct {
     int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION, KIND_CHAIN: consecutive tokens (or logit rows) per item */
     int chain_end;               /* KIND_CHAIN: it runs the stages [this one, chain_end) */
     int folded;                  /* 1: run inside a KIND_CHAIN item, never on its own */
+    int xq_run;                  /* layer stages: tokens per run of the xq rows it writes or reads (xq_row), 0: one run */
 } stage;
 
 /* The next item of one thread's range of a stage's items (range_start), in a cache line of its own. */
@@ -112,6 +115,7 @@ typedef struct {
     int T, start, kv_end, block; /* block: 0 causal, else the block size of block attention */
     const int32_t *rows;         /* logit rows (n_rows) */
     int n_rows;
+    int trim_last;               /* 1: the last layer runs only the logit rows after writing every token's K/V */
 } forward_args;
 
 struct bn_engine {
@@ -146,7 +150,7 @@ struct bn_engine {
     range_counter *take; /* (L * STAGES_PER_LAYER + HEAD_STAGES, threads): the next item of each thread's range */
     int n_stages;
     int segment[2]; /* the stages [from, to) of the running pool job */
-    int layer_run;  /* tokens per run of xq rows in the layers (xq_row): a chain's run, or 0 */
+    float *q_last;  /* (cap_rows, D) the trimmed last layer's query rows, gathered by its attention items */
     /* development timing (bn_engine_set_profile): seconds per part, added by the calling thread */
     int profiling;
     double prof[BN_PART_COUNT];
@@ -255,15 +259,24 @@ static void rope(const bn_engine *e, float *x, int pos) {
     }
 }
 
+/* 1 for the stages of a trimmed last layer that run on the logit rows only (its attention and after): their
+ * token t is logit row t, i.e. batch token fa.rows[t] (see plan_forward). */
+static inline int trimmed_stage(const bn_engine *e, int l, int s) {
+    return e->fa.trim_last && l == e->m.n_layers - 1 && s >= STAGE_ATTENTION;
+}
+
 static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
     const bn_model *m = &e->m;
     const bn_layer *ly = &e->layers[l];
     const int D = m->dim, I = m->hidden, hd = m->head_dim, kvd = m->n_kv_heads * hd;
-    float *x = e->x + (size_t)t * D, *proj = e->proj + (size_t)t * e->dp;
+    const int run = e->stages[(size_t)l * STAGES_PER_LAYER + s].xq_run;
+    /* the residual row: in a trimmed last layer (trimmed_stage), row t of the batch is the logit row t */
+    const int xt = trimmed_stage(e, l, s) ? e->fa.rows[t] : t;
+    float *x = e->x + (size_t)xt * D, *proj = e->proj + (size_t)t * e->dp;
     switch (s) {
         case STAGE_ATTN_NORM:
             if (l > 0) e->k->add(x, proj, D);
-            norm_quant_row(e, x, ly->attn_norm, D, e->dp, t, e->layer_run);
+            norm_quant_row(e, x, ly->attn_norm, D, e->dp, t, run);
             break;
         case STAGE_ROPE_KV: {
             float *row = e->qkv + (size_t)t * e->qkv_np; /* [q (H*hd) | k (G*hd) | v (G*hd)] */
@@ -283,19 +296,19 @@ static void token_stage(bn_engine *e, int l, layer_stage s, int t) {
             break;
         }
         case STAGE_ATTN_SUB:
-            if (ly->attn_sub_norm) norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t, e->layer_run);
-            else quant_row(e, e->att + (size_t)t * D, D, e->dp, t, e->layer_run);
+            if (ly->attn_sub_norm) norm_quant_row(e, e->att + (size_t)t * D, ly->attn_sub_norm, D, e->dp, t, run);
+            else quant_row(e, e->att + (size_t)t * D, D, e->dp, t, run);
             break;
         case STAGE_FFN_NORM:
             e->k->add(x, proj, D);
-            norm_quant_row(e, x, ly->ffn_norm, D, e->dp, t, e->layer_run);
+            norm_quant_row(e, x, ly->ffn_norm, D, e->dp, t, run);
             break;
         case STAGE_FFN_SUB: {
             float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)] */
             if (m->act == BN_ACT_SILU) (e->k->silu_mul ? e->k->silu_mul : silu_mul_ref)(g, g + I, g, I);
             else e->k->relu2_mul(g, g + I, g, I);
-            if (ly->ffn_sub_norm) norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t, e->layer_run);
-            else quant_row(e, g, I, e->ip, t, e->layer_run);
+            if (ly->ffn_sub_norm) norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t, run);
+            else quant_row(e, g, I, e->ip, t, run);
             break;
         }
         default:
@@ -341,29 +354,40 @@ static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq,
 /* Item p = (tile of up to `rows` consecutive tokens, kv head g): the `group` query heads of each token that share
  * K/V head g, all together, so each cached K and V row is read (and converted from fp16) once per tile of tokens
  * and head group. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end of
- * its block (shared by the block's tokens); never beyond kv_end. */
+ * its block (shared by the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit
+ * rows: the item first gathers their query heads into q_last (row t = batch token fa.rows[t]). */
 static void attention_item(bn_engine *e, int l, int p, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, group = m->n_heads / G;
-    const int rows = e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION].tokens_per_item;
-    const int t0 = p / G * rows, g = p % G, nr = e->fa.T - t0 < rows ? e->fa.T - t0 : rows;
+    const stage *st = &e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION];
+    const int rows = st->tokens_per_item, trimmed = trimmed_stage(e, l, STAGE_ATTENTION);
+    const int t0 = p / G * rows, g = p % G, nr = st->T - t0 < rows ? st->T - t0 : rows;
+    const float *q = e->qkv + (size_t)t0 * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
+    size_t ldq = (size_t)e->qkv_np;
+    if (trimmed) {
+        float *gathered = e->q_last + (size_t)t0 * m->dim + (size_t)g * group * hd;
+        for (int r = 0; r < nr; r++)
+            memcpy(gathered + (size_t)r * m->dim, e->qkv + (size_t)e->fa.rows[t0 + r] * e->qkv_np + (size_t)g * group * hd,
+                   sizeof(float) * (size_t)group * hd);
+        q = gathered;
+        ldq = (size_t)m->dim;
+    }
     int ends[ATTN_MAX_ROWS];
     for (int r = 0; r < nr; r++) {
-        const int pos = e->fa.start + t0 + r;
+        const int pos = e->fa.start + (trimmed ? e->fa.rows[t0 + r] : t0 + r);
         int end = e->fa.block > 0 ? (pos / e->fa.block + 1) * e->fa.block : pos + 1; /* block or causal mask */
         ends[r] = end < e->fa.kv_end ? end : e->fa.kv_end;
     }
     const size_t elem = e->kv16 ? sizeof(uint16_t) : sizeof(float);
     const size_t off = ((size_t)l * G + g) * e->ctx * hd * elem; /* layer l, head g, position 0 */
     const void *kc = (const char *)e->k_cache + off, *vc = (const char *)e->v_cache + off;
-    const float *q = e->qkv + (size_t)t0 * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
     float *out = e->att + (size_t)t0 * m->dim + (size_t)g * group * hd;
     float *sc = e->scores + (size_t)thread * e->scores_ld;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (!e->k->attend_rows || !e->k->attend_rows(q, (size_t)e->qkv_np, nr, group, hd, kc, vc, (size_t)hd, e->kv16,
-                                                 ends, scale, sc, out, (size_t)m->dim))
-        attend_rows_generic(e->k, q, (size_t)e->qkv_np, nr, group, hd, kc, vc, (size_t)hd, e->kv16, ends, scale, sc,
-                            out, (size_t)m->dim);
+    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv16, ends, scale, sc,
+                                                 out, (size_t)m->dim))
+        attend_rows_generic(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv16, ends, scale, sc, out,
+                            (size_t)m->dim);
 }
 
 /* ---------------------------------------------------------------- matrix stages */
@@ -377,7 +401,7 @@ static void matmul_item(bn_engine *e, const stage *st, int i) {
                       : st->kind == KIND_INT8_HEAD ? e->vp / 16 : ROUND16(st->w->n) / 16;
     const int u0 = (i % st->chunks_per_slice) * st->chunk, u1 = u0 + st->chunk < units ? u0 + st->chunk : units;
     float *y = st->y + (size_t)t0 * st->ldy;
-    const int8_t *xq = xq_row(e, t0, st->kp, st->kind == KIND_TERNARY ? e->layer_run : 0);
+    const int8_t *xq = xq_row(e, t0, st->kp, st->xq_run);
     switch (st->kind) {
         case KIND_TERNARY:
             e->k->ternary_matmul(st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16,
@@ -461,57 +485,83 @@ static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, con
  * its own rows of the stage before), so each such run of stages becomes ONE stage (KIND_CHAIN) whose item takes a
  * run of tokens through all of them: the threads wait for each other twice per layer (before and after its
  * attention, which reads every token's K/V) instead of after each of ten stages. The runs of tokens are those of
- * the token-split matrix stages, so every product sees the same rows as before: the same logits. */
-static void fold_chains(bn_engine *e, int T) {
-    const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
+ * the token-split matrix stages, so every product sees the same rows as before: the same logits. Folds the layer
+ * stages [from, to) of a batch of T tokens. */
+static void fold_chains(bn_engine *e, int from, int to, int T) {
     const int per = token_run(e, T);
-    for (int s = 0; s < layer_stages;) {
+    for (int s = from; s < to;) {
         int end = s;
-        while (end < layer_stages && end % STAGES_PER_LAYER != STAGE_ATTENTION) end++; /* up to the next attention */
+        while (end < to && end % STAGES_PER_LAYER != STAGE_ATTENTION) end++; /* up to the next attention */
         stage *c = &e->stages[s];
-        for (int f = s + 1; f < end; f++) e->stages[f].folded = 1;
+        for (int f = s; f < end; f++) {
+            e->stages[f].folded = f > s;
+            e->stages[f].xq_run = per; /* a chain's xq rows lie in runs of its tokens (xq_row) */
+        }
         *c = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_CHAIN, .T = T, .tokens_per_item = per,
-                     .chain_end = end};
+                     .chain_end = end, .xq_run = per};
         s = end + 1; /* past the attention: the next chain starts at its ATTN_SUB */
     }
-    e->layer_run = per;
 }
 
 /* Range r of n of a stage's items: [range_start(r), range_start(r + 1)). */
 static inline int range_start(int n_items, int r, int n) { return (int)((long long)n_items * r / n); }
 
-static void plan_forward(bn_engine *e) {
+/* The last layer's K/V are needed for every token, but the rest of it (its attention and everything after) only
+ * for the rows whose logits are asked: a denoising step asks for the masked slots of one sub-block (<= 8 of 32),
+ * a prefill or a block commit for one row. So, when the logit rows are strictly increasing and fewer than the
+ * batch, those stages run on the logit rows alone (compacted: their token t is batch token rows[t]). Each token's
+ * sums are the same whatever else is in the batch, so the logits are bit for bit those of the whole batch. */
+static int trims_last_layer(const bn_engine *e) {
+    if (e->fa.n_rows >= e->fa.T) return 0;
+    for (int r = 1; r < e->fa.n_rows; r++)
+        if (e->fa.rows[r] <= e->fa.rows[r - 1]) return 0;
+    return 1;
+}
+
+/* The stages of layer l from its attention on, for a batch of T tokens (the logit rows in a trimmed last layer). */
+static void plan_layer_tail(bn_engine *e, int l, int T) {
     const bn_model *m = &e->m;
-    const int T = e->fa.T;
+    const bn_layer *ly = &e->layers[l];
+    stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
     /* attention: items of attn_rows tokens x one kv head */
     const int attn_shared = (double)T * e->fa.kv_end * m->dim >= SHARE_MIN_ATTN && bn_pool_size(e->pool) > 1;
     int attn_rows = ATTN_MAX_ROWS;
     while (attn_shared && attn_rows > 1 &&
            (T + attn_rows - 1) / attn_rows * m->n_kv_heads < bn_pool_size(e->pool) * ATTN_ITEMS_PER_THREAD)
         attn_rows /= 2;
-    for (int l = 0; l < m->n_layers; l++) {
+    s[STAGE_ATTENTION] = (stage){.n_items = (T + attn_rows - 1) / attn_rows * m->n_kv_heads, .kind = KIND_ATTENTION,
+                                 .T = T, .tokens_per_item = attn_rows, .shared = attn_shared};
+    set_token_stage(e, &s[STAGE_ATTN_SUB], T);
+    set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
+    set_token_stage(e, &s[STAGE_FFN_NORM], T);
+    set_matmul_stage(e, &s[STAGE_GATE_UP], KIND_TERNARY, &ly->gate_up, e->gu_np / 16, T, e->gu, e->gu_np, e->dp);
+    set_token_stage(e, &s[STAGE_FFN_SUB], T);
+    set_matmul_stage(e, &s[STAGE_DOWN], KIND_TERNARY, &ly->down, e->dp / 16, T, e->proj, e->dp, e->ip);
+}
+
+static void plan_forward(bn_engine *e) {
+    const bn_model *m = &e->m;
+    const int T = e->fa.T, L = m->n_layers;
+    e->fa.trim_last = trims_last_layer(e);
+    const int T_last = e->fa.trim_last ? e->fa.n_rows : T; /* tokens of the last layer from its attention on */
+    for (int l = 0; l < L; l++) {
         const bn_layer *ly = &e->layers[l];
         stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
         set_token_stage(e, &s[STAGE_ATTN_NORM], T);
         set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
         set_token_stage(e, &s[STAGE_ROPE_KV], T);
-        s[STAGE_ATTENTION] = (stage){.n_items = (T + attn_rows - 1) / attn_rows * m->n_kv_heads, .kind = KIND_ATTENTION,
-                                     .tokens_per_item = attn_rows, .shared = attn_shared};
-        set_token_stage(e, &s[STAGE_ATTN_SUB], T);
-        set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
-        set_token_stage(e, &s[STAGE_FFN_NORM], T);
-        set_matmul_stage(e, &s[STAGE_GATE_UP], KIND_TERNARY, &ly->gate_up, e->gu_np / 16, T, e->gu, e->gu_np, e->dp);
-        set_token_stage(e, &s[STAGE_FFN_SUB], T);
-        set_matmul_stage(e, &s[STAGE_DOWN], KIND_TERNARY, &ly->down, e->dp / 16, T, e->proj, e->dp, e->ip);
+        plan_layer_tail(e, l, l == L - 1 ? T_last : T);
     }
-    stage *h = e->stages + (size_t)m->n_layers * STAGES_PER_LAYER;
+    stage *h = e->stages + (size_t)L * STAGES_PER_LAYER;
     const int R = e->fa.n_rows;
     set_token_stage(e, &h[STAGE_HEAD_NORM], R);
     if (e->exact_head) set_matmul_stage(e, &h[STAGE_HEAD], KIND_EXACT_HEAD, NULL, m->vocab, R, e->logit_buf, e->vp, 0);
     else set_matmul_stage(e, &h[STAGE_HEAD], KIND_INT8_HEAD, NULL, e->vp / 16, R, e->logit_buf, e->vp, e->dp);
-    e->n_stages = m->n_layers * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
-    e->layer_run = 0;
-    if (token_split(e, T)) fold_chains(e, T);
+    e->n_stages = L * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
+    /* token_split batches: fold the token-local stages (the trimmed last layer's tail as a batch of its own) */
+    const int tail = (L - 1) * STAGES_PER_LAYER + STAGE_ATTENTION; /* the last layer's attention */
+    if (token_split(e, T)) fold_chains(e, 0, tail, T);
+    if (token_split(e, T_last)) fold_chains(e, tail + 1, L * STAGES_PER_LAYER, T_last);
     const int n = bn_pool_size(e->pool);
     for (int i = 0; i < e->n_stages; i++) {
         atomic_init(&e->stages[i].done, 0);
@@ -525,7 +575,7 @@ static void head_norm_item(bn_engine *e, int r) {
     const int D = m->dim, t = e->fa.rows[r];
     float *xr = e->att + (size_t)r * D;
     memcpy(xr, e->x + (size_t)t * D, sizeof(float) * D);
-    e->k->add(xr, e->proj + (size_t)t * e->dp, D);
+    e->k->add(xr, e->proj + (size_t)(e->fa.trim_last ? r : t) * e->dp, D); /* a trimmed last layer: compacted */
     if (e->exact_head) {
         const float inv = 1.0f / sqrtf(e->k->sumsq(xr, D) / (float)D + m->eps);
         e->k->norm_apply(xr, inv, m->norm, e->xn + (size_t)r * D, D);
@@ -672,9 +722,11 @@ static int grow_scratch(bn_engine *e, int T, int rows) {
     }
     if (rows > e->cap_rows) {
         free(e->logit_buf);
+        free(e->q_last);
         e->logit_buf = malloc(sizeof(float) * (size_t)rows * e->vp);
-        e->cap_rows = e->logit_buf ? rows : 0;
-        if (!e->logit_buf) return -1;
+        e->q_last = malloc(sizeof(float) * (size_t)rows * e->m.dim);
+        e->cap_rows = e->logit_buf && e->q_last ? rows : 0;
+        if (!e->cap_rows) return -1;
     }
     return 0;
 }
@@ -761,7 +813,7 @@ void bn_engine_free(bn_engine *e) {
     bn_pool_free(e->pool);
     free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
-    free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->stages);
+    free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->q_last); free(e->stages);
     free(e->take);
     free(e);
 }

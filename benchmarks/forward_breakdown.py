@@ -23,8 +23,9 @@ The ceiling is the "int8 ceiling" of the path's tool (run_benchmarks.ceiling_too
 benchmarks/ceilings/int8_avx2.c (the faster of vpmaddubsw + vpmaddwd + vpaddd chains and the ternary kernels' own
 step, vpmaddubsw + vpaddw, on registers), for the avx512 path benchmarks/ceilings/int8_vnni.c (vpdpbusd on zmm
 registers), for the amx path benchmarks/ceilings/int8_amx.c (tdpbusd on tiles), built and run three times with the same number of threads before and after the forwards;
-the best run counts. GMAC/s counts the ternary multiply-adds of the N rows (every layer's q, k, v, o,
-gate, up, down) plus the int8 head's for the one row of logits.
+the best run counts. GMAC/s counts the multiply-adds the forward does (macs_of_forward): the ternary ones of
+the N rows through every layer (q, k, v, o, gate, up, down), less the last layer's o, gate, up and down for the
+rows without logits (the engine skips them), plus the int8 head's for the one row of logits.
 
 --pause-training stops the training job named in /tmp/demo-train.pid (SIGSTOP) for the measurement and
 always resumes it (SIGCONT), also on errors, Ctrl-C and SIGTERM (benchmarks/training_pause.py); keep a run
@@ -61,6 +62,15 @@ def macs_per_row(cfg: dict) -> int:
         "num_attention_heads"]
     kvd = cfg["num_key_value_heads"] * hd
     return cfg["num_hidden_layers"] * (d * (d + 2 * kvd) + d * d + 2 * i * d + i * d)
+
+
+def macs_of_forward(cfg: dict, n: int, logit_rows: int = 1) -> int:
+    """Multiply-adds an n-row forward does when it asks for the logits of `logit_rows` rows: every layer for
+    every row, except the last layer's o, gate, up and down, which run only for the logit rows (the engine
+    trims its last layer: _kernels/forward.c, trims_last_layer), plus the int8 head for the logit rows."""
+    d, i = cfg["hidden_size"], cfg["intermediate_size"]
+    tail = d * d + 2 * i * d + i * d
+    return n * macs_per_row(cfg) - (n - logit_rows) * tail + logit_rows * cfg["vocab_size"] * d
 
 
 def run_ceiling(exe: str, threads: int) -> float:
@@ -169,7 +179,6 @@ def main(argv=None) -> int:
     ids = np.random.default_rng(0).integers(0, eng.vocab_size, size=pos + max(ns))
     if pos:
         eng.forward(ids[:pos], start=0, commit=True)
-    head_macs = cfg["vocab_size"] * cfg["hidden_size"]
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M UTC"),
            "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                                     text=True).stdout.strip(),
@@ -191,7 +200,7 @@ def main(argv=None) -> int:
     res["ceiling_runs_gmac_s"] = ceil
     res["ceiling_gmac_s"] = max(ceil)
     for n, r in res["rows"].items():
-        r["gmac_s"] = (n * res["macs_per_row"] + head_macs) / (r["python"] * 1e-6) / 1e9
+        r["gmac_s"] = macs_of_forward(cfg, n) / (r["python"] * 1e-6) / 1e9
         r["ceiling_pct"] = 100 * r["gmac_s"] / res["ceiling_gmac_s"]
     print(f"{res['cpu']}, {res['threads']} threads, isa {res['isa']}, lm_head {res['lm_head']}, kv {res['kv']}; "
           f"{res['date']}, commit {res['commit']}")

@@ -30,6 +30,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 MACS_PER_TOKEN_2B4T = 2.084e9  # ternary weights of the 30 layers (performance.md)
+# the last layer's o, gate, up and down (2560 x 2560 + 3 x 6912 x 2560), which an n-token forward with one row of
+# logits runs for that row only (the engine trims its last layer: _kernels/forward.c, trims_last_layer)
+MACS_LAST_TAIL_2B4T = 2560 * 2560 + 3 * 6912 * 2560
+
+
+def macs_of_block(n: int) -> float:
+    """Ternary multiply-adds of an n-token forward of the 2B-4T shape asking for one row of logits."""
+    return n * MACS_PER_TOKEN_2B4T - (n - 1) * MACS_LAST_TAIL_2B4T
 
 
 def sh(cmd, **kw):
@@ -176,7 +184,7 @@ def rows(result: dict) -> str:
     for isa, r in result["paths"].items():
         bm = {int(k): v for k, v in r["block_ms"].items()}
         ba = {int(k): v for k, v in r["block_ms_all_rows"].items()}
-        g8, g32 = (n * MACS_PER_TOKEN_2B4T / (bm[n] / 1e3) / 1e9 for n in (8, 32))
+        g8, g32 = (macs_of_block(n) / (bm[n] / 1e3) / 1e9 for n in (8, 32))
         ceil = path_ceiling(c, isa)
         lines.append(
             f"| {r['isa']} | {r['decode_tok_s']:.2f} [{r['decode_tok_s_spread'][0]:.2f}-{r['decode_tok_s_spread'][1]:.2f}]"

@@ -160,6 +160,37 @@ def test_the_simd_paths_give_the_same_logits_bit_for_bit(tiny_hd16):
             assert np.array_equal(a, b), (isa, simd[0])
 
 
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_asking_for_fewer_logit_rows_changes_none_of_them(tiny_hd16, isa, threads):
+    """When fewer logit rows than tokens are asked (strictly increasing), the last layer runs only those rows after
+    writing every token's K/V: their logits are bit for bit those of the whole batch, and the cache it leaves is the
+    same (the next forward sees no difference). Rows in another order, or repeated, take the whole-batch path."""
+    ef, _ = tiny_hd16
+    ids = ids_for(ef, 45, seed=11)
+    eng = Engine(ef, lm_head="int8", isa=isa, threads=threads)
+
+    def both(tokens, start, rows, **kw):
+        """(the asked rows of a whole-batch forward, the forward asking for those rows only)"""
+        whole = eng.forward(tokens, start=start, commit=False, rows=range(len(tokens)), **kw)
+        return whole[list(rows)], eng.forward(tokens, start=start, commit=False, rows=rows, **kw)
+
+    for rows in ([36], [0, 5, 17, 30, 31, 32, 33, 34, 35, 36], [36, 2], [4, 4], []):  # prefill
+        a, b = both(ids[:37], 0, rows)
+        assert np.array_equal(a, b), rows
+    eng.forward(ids[:13], rows=[])                                    # a commit asking for no logits
+    after_trimmed = eng.forward(ids[13:14])
+    eng.reset()
+    eng.forward(ids[:13], rows=range(13))
+    assert np.array_equal(eng.forward(ids[13:14]), after_trimmed)
+    eng.truncate(13)
+    for rows in ([0], [3, 5, 6, 7, 20], list(range(1, 32, 3)), [31]):  # diffusion steps on a block of 32
+        a, b = both(ids[13:45], 13, rows, attention="block", block_size=16)
+        assert np.array_equal(a, b), rows
+    a, b = both(ids[29:41], 29, [1, 2, 5], attention="block", block_size=16, kv_end=45)  # DualCache's sub-block
+    assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("block", [4, 8])
 def test_block_attention_matches_reference_mask(tiny, block):
     ef, ref = tiny
