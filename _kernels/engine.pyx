@@ -207,6 +207,8 @@ cdef extern from "kernels.h":
         void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
     const bn_kernels *bn_select_kernels(const char *force)
     void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs) nogil
+    int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, double top_p, const double *u,
+                       int64_t *ids, double *probs) nogil
 
 
 cdef const bn_kernels *_kernels(str isa) except NULL:
@@ -312,6 +314,31 @@ def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x):
     if R:
         with nogil:
             bn_greedy_rows(k, <const float *>x.data, R, V, &iv[0], &pv[0])
+    return ids, probs
+
+
+def sample_rows(cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
+                cnp.ndarray[double, ndim=1, mode="c"] u):
+    """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with the
+    uniforms u (R,): ids (R,) int64 and their probabilities (R,) float64 (sample.c; decode/sampling.py
+    Sampler._draw is the numpy reference). x is left alone."""
+    cdef int R = x.shape[0], V = x.shape[1], rc = 0
+    if V < 1:
+        raise ValueError("logit rows need at least one entry")
+    if u.shape[0] != R:
+        raise ValueError("one uniform per row")
+    if not temperature > 0 or not 0 < top_p <= 1:
+        raise ValueError("temperature must be > 0 and top_p in (0, 1]")
+    ids = np.empty(R, dtype=np.int64)
+    probs = np.empty(R, dtype=np.float64)
+    cdef int64_t[::1] iv = ids
+    cdef double[::1] pv = probs
+    if R:
+        with nogil:
+            rc = bn_sample_rows(<const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
+                                &iv[0], &pv[0])
+    if rc:
+        raise MemoryError("out of memory sampling the logits")
     return ids, probs
 
 

@@ -114,4 +114,10 @@ const bn_kernels *bn_select_kernels(const char *force);
  * through k->max_expsum when the table has it. */
 void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs);
 
+/* sample.c: per row of x (R, V), one draw after temperature (> 0), top-k (0: off) and top-p (1: off) with the
+ * uniform u[r] in [0, 1): the id and its probability under the final distribution (decode/sampling.py Sampler._draw
+ * is the reference). Returns -1 when out of memory (nothing written), else 0. */
+int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, double top_p, const double *u,
+                   int64_t *ids, double *probs);
+
 #endif

@@ -195,7 +195,8 @@ class Model:
         sampler = Sampler(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
                           repetition_penalty=p.repetition_penalty, seed=p.seed,
                           banned_ids=[] if p.mask_id is None else [p.mask_id],  # the mask is never a prediction
-                          greedy_kernel=self.engine.greedy_rows)  # diffusion's confidences, in C
+                          greedy_kernel=self.engine.greedy_rows,  # diffusion's confidences, in C
+                          sample_kernel=self.engine.sample_rows)  # and the random draws
         common = dict(sampler=sampler, stop_ids=self.stop_ids, max_new_tokens=p.max_new_tokens,
                       detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids)
         if p.mode == "ar":

@@ -3,8 +3,15 @@ logits processors, and the sampler's draws against the distribution it reports."
 import numpy as np
 import pytest
 
+from bitnet_app import _engine
 from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
                                  top_k_filter, top_p_filter)
+
+
+def c_draws(rows, temperature, top_k, top_p, uniforms):
+    """The engine's draw (_kernels/sample.c), as Engine.sample_rows calls it."""
+    return _engine.sample_rows(np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
+                               float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64))
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative_once_per_id():
@@ -109,13 +116,15 @@ def test_bad_settings_are_rejected():
             Sampler(**kwargs)
 
 
+@pytest.mark.parametrize("kernel", [None, c_draws], ids=["numpy", "c"])
 @pytest.mark.parametrize("spread", [0.3, 3.0, 8.0])  # flat (nucleus beyond the first guess) to peaked
 @pytest.mark.parametrize("top_k,top_p", [(0, 0.9), (40, 0.95), (0, 1.0), (2000, 0.5)])
-def test_fast_draw_equals_a_draw_from_the_full_distribution(spread, top_k, top_p):
+def test_fast_draw_equals_a_draw_from_the_full_distribution(spread, top_k, top_p, kernel):
     rng = np.random.default_rng(1)
     logits = rng.normal(0, spread, size=(6, 5000)).astype(np.float32)
     context = rng.integers(0, 5000, size=30)
-    s = Sampler(temperature=0.8, top_k=top_k, top_p=top_p, repetition_penalty=1.2, seed=5, banned_ids=[3])
+    s = Sampler(temperature=0.8, top_k=top_k, top_p=top_p, repetition_penalty=1.2, seed=5, banned_ids=[3],
+                sample_kernel=kernel)
     toks, probs = s(logits, context)
     dist = s.distribution(logits, context)
     uniforms = np.random.default_rng(5).random(len(logits))  # the sampler's rng draws one per row
@@ -125,3 +134,50 @@ def test_fast_draw_equals_a_draw_from_the_full_distribution(spread, top_k, top_p
         assert toks[r] == want
         assert probs[r] == pytest.approx(dist[r, want], rel=1e-5)  # float64 vs float32 tempering
         assert toks[r] != 3
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 7, 300, 4096, 20000])
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.7, 0, 0.9), (1.0, 0, 1.0), (0.5, 40, 1.0), (1.3, 5, 0.5),
+                                                     (0.7, 0, 0.999), (2.0, 3000, 0.95), (0.7, 1, 0.9),
+                                                     (0.05, 0, 0.9)])
+def test_the_c_draw_is_the_numpy_draw(vocab, temperature, top_k, top_p):
+    """_kernels/sample.c against Sampler._draw, the numpy reference, with the same uniforms: the same id every time
+    and its probability to ~1e-13 (the sums run in another order), on flat, tied (rounded), peaked and very
+    peaked rows with a banned (-inf) id."""
+    rng = np.random.default_rng(vocab)
+    for spread in (0.3, 3.0, 12.0, 60.0):
+        x = (rng.standard_normal((20, vocab)) * spread).astype(np.float32)
+        if spread == 3.0:
+            x = np.round(x, 1)  # many ties, which rank by id
+        if vocab > 3:
+            x[:, 3] = -np.inf
+        u = np.random.default_rng(9).random(len(x))
+        ref = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=9)  # draws the same uniforms
+        want = [ref._draw(row.astype(np.float64) / temperature) for row in x]
+        ids, probs = c_draws(x, temperature, top_k, top_p, u)
+        assert ids.tolist() == [i for i, _ in want], spread
+        np.testing.assert_allclose(probs, [p for _, p in want], rtol=1e-12, atol=0)
+
+
+def test_a_sampler_with_the_c_draw_gives_the_same_replies():
+    """The seeded sampler draws the same ids through the engine's kernel as through numpy, one row (AR) or several
+    (a diffusion step), with a repetition penalty and a banned id."""
+    rng = np.random.default_rng(2)
+    context = rng.integers(0, 4096, size=40)
+    make = lambda kernel: Sampler(temperature=0.7, top_p=0.9, repetition_penalty=1.1, seed=3, banned_ids=[3],
+                                  sample_kernel=kernel)
+    py, c = make(None), make(c_draws)
+    for step in range(30):
+        logits = (rng.standard_normal((1 if step % 2 else 7, 4096)) * 4).astype(np.float32)
+        (a_ids, a_p), (b_ids, b_p) = py(logits, context), c(logits, context)
+        assert a_ids.tolist() == b_ids.tolist()
+        np.testing.assert_allclose(b_p, a_p, rtol=1e-12)
+    assert py.token(logits[0], context) == c.token(logits[0], context)
+
+
+def test_the_c_draw_rejects_impossible_settings():
+    x = np.zeros((2, 5), dtype=np.float32)
+    for args in ((0.0, 0, 0.9, [0.5, 0.5]), (1.0, 0, 0.0, [0.5, 0.5]), (1.0, 0, 1.5, [0.5, 0.5]),
+                 (1.0, 0, 0.9, [0.5])):
+        with pytest.raises(ValueError):
+            c_draws(x, *args)

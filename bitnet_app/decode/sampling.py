@@ -89,9 +89,12 @@ class Sampler:
     """
 
     def __init__(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                 repetition_penalty: float = 1.0, seed: int | None = None, banned_ids=(), greedy_kernel=None):
+                 repetition_penalty: float = 1.0, seed: int | None = None, banned_ids=(), greedy_kernel=None,
+                 sample_kernel=None):
         """greedy_kernel: an implementation of greedy_rows (same contract, e.g. the engine's C one,
-        Engine.greedy_rows) for the greedy choice over several rows; None = this module's numpy one."""
+        Engine.greedy_rows) for the greedy choice over several rows; None = this module's numpy one.
+        sample_kernel: the same for the random draw, called (rows (R, V) float32, temperature, top_k, top_p,
+        uniforms (R,)) -> (ids, probs) with the draws of _draw (e.g. Engine.sample_rows); None = _draw."""
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, not {temperature}")
         if not 0 < top_p <= 1:
@@ -107,6 +110,7 @@ class Sampler:
         self.banned_ids = [int(i) for i in banned_ids]
         self.rng = np.random.default_rng(seed)
         self.greedy_rows = greedy_kernel or greedy_rows
+        self.sample_rows = sample_kernel
 
     @property
     def greedy(self) -> bool:
@@ -132,6 +136,8 @@ class Sampler:
         rows = x.reshape(-1, x.shape[-1])
         if self.greedy:
             tokens, probs = self.greedy_rows(rows)
+        elif self.sample_rows is not None:  # one uniform per row, in row order, as _draw takes them
+            tokens, probs = self.sample_rows(rows, self.temperature, self.top_k, self.top_p, self.rng.random(len(rows)))
         else:
             tokens = np.empty(len(rows), dtype=np.int64)
             probs = np.empty(len(rows), dtype=np.float64)
