@@ -83,8 +83,8 @@ typedef struct {
 } scratch;
 
 /* The kept ids of one row (ascending) into s->kept with their weights in s->w (indexed like kept); returns how
- * many. s->z holds the row's z. */
-static int keep_ids(scratch *s, int V, int top_k, double top_p) {
+ * many. s->z holds the row's z; top is its largest entry (in every pool), n_finite how many of them are finite. */
+static int keep_ids(scratch *s, int V, int top_k, double top_p, double top, int n_finite) {
     const double *z = s->z;
     int n = 0;
     if (top_k > 0 && top_k < V) {
@@ -95,16 +95,17 @@ static int keep_ids(scratch *s, int V, int top_k, double top_p) {
     } else {
         for (int i = 0; i < V; i++) s->pool[n++] = i;
     }
-    int finite = 0;
-    for (int j = 0; j < n; j++) finite += isfinite(z[s->pool[j]]) != 0;
+    int finite = n_finite;
+    if (n < V) {
+        finite = 0;
+        for (int j = 0; j < n; j++) finite += isfinite(z[s->pool[j]]) != 0;
+    }
     if (finite > 0 && finite < n) {
         int m = 0;
         for (int j = 0; j < n; j++)
             if (isfinite(z[s->pool[j]])) s->pool[m++] = s->pool[j];
         n = m;
     }
-    double top = -INFINITY;
-    for (int j = 0; j < n; j++) top = z[s->pool[j]] > top ? z[s->pool[j]] : top;
     double total = 0.0;
     for (int j = 0; j < n; j++) {
         s->w[j] = isfinite(top) ? exp(z[s->pool[j]] - top) : 1.0; /* all -inf: numpy's nan, here uniform */
@@ -152,8 +153,16 @@ int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, 
     for (int r = 0; ok && r < R; r++) {
         const float *row = x + (size_t)r * V;
         const double inv_t = 1.0 / temperature; /* a product, not numpy's quotient: at most 1 ulp apart, 3x faster */
-        for (int i = 0; i < V; i++) s.z[i] = (double)row[i] * inv_t;
-        const int m = keep_ids(&s, V, top_k, top_p);
+        double top4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; /* four chains: a max waits for the last */
+        int n_finite = 0;
+        for (int i = 0; i < V; i++) {
+            const double z = (double)row[i] * inv_t;
+            s.z[i] = z;
+            top4[i & 3] = z > top4[i & 3] ? z : top4[i & 3];
+            n_finite += isfinite(z) != 0;
+        }
+        const double top = fmax(fmax(top4[0], top4[1]), fmax(top4[2], top4[3]));
+        const int m = keep_ids(&s, V, top_k, top_p, top, n_finite);
         double sum = 0.0; /* q = w / sum; the running sum of q in id order (numpy's cumsum), then the first id whose
                              running sum reaches u times the last one (numpy's searchsorted, side "left") */
         for (int j = 0; j < m; j++) sum += s.w[j];
