@@ -163,6 +163,13 @@ int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, 
         }
         const double top = fmax(fmax(top4[0], top4[1]), fmax(top4[2], top4[3]));
         const int m = keep_ids(&s, V, top_k, top_p, top, n_finite);
+        if (m == 0) { /* only NaN logits make every comparison false: take the largest z (or id 0), never crash */
+            int best = 0;
+            for (int i = 1; i < V; i++) best = s.z[i] > s.z[best] ? i : best;
+            ids[r] = best;
+            probs[r] = 0.0;
+            continue;
+        }
         double sum = 0.0; /* q = w / sum; the running sum of q in id order (numpy's cumsum), then the first id whose
                              running sum reaches u times the last one (numpy's searchsorted, side "left") */
         for (int j = 0; j < m; j++) sum += s.w[j];

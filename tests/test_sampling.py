@@ -181,3 +181,12 @@ def test_the_c_draw_rejects_impossible_settings():
                  (1.0, 0, 0.9, [0.5])):
         with pytest.raises(ValueError):
             c_draws(x, *args)
+
+
+def test_nan_logits_give_an_id_not_a_crash():
+    """Logits that are all NaN (a broken model) leave nothing to keep; the C draw still returns an id in range."""
+    x = np.full((3, 50), np.nan, dtype=np.float32)
+    x[1, 7] = 2.0  # one finite entry among NaNs
+    for top_k, top_p in ((0, 0.9), (5, 1.0), (0, 1.0)):
+        ids, probs = c_draws(x, 0.7, top_k, top_p, np.full(3, 0.5))
+        assert ((ids >= 0) & (ids < 50)).all(), ids
