@@ -105,6 +105,8 @@ static int keep_ids(scratch *s, int V, int top_k, double top_p, double top, int 
         for (int j = 0; j < n; j++)
             if (isfinite(z[s->pool[j]])) s->pool[m++] = s->pool[j];
         n = m;
+        top = -INFINITY; /* a +inf entry may have left the pool */
+        for (int j = 0; j < n; j++) top = z[s->pool[j]] > top ? z[s->pool[j]] : top;
     }
     double total = 0.0;
     for (int j = 0; j < n; j++) {

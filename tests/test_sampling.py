@@ -190,3 +190,14 @@ def test_nan_logits_give_an_id_not_a_crash():
     for top_k, top_p in ((0, 0.9), (5, 1.0), (0, 1.0)):
         ids, probs = c_draws(x, 0.7, top_k, top_p, np.full(3, 0.5))
         assert ((ids >= 0) & (ids < 50)).all(), ids
+
+
+def test_an_infinite_logit_is_dropped_as_numpy_drops_it():
+    """+inf is not finite: both draws leave it out of the pool and draw from the rest."""
+    x = (np.random.default_rng(4).standard_normal((8, 300)) * 2).astype(np.float32)
+    x[:, 17] = np.inf
+    u = np.random.default_rng(6).random(len(x))
+    ref = Sampler(temperature=0.8, top_p=0.9, seed=6)
+    want = [ref._draw(row.astype(np.float64) / 0.8) for row in x]
+    ids, _ = c_draws(x, 0.8, 0, 0.9, u)
+    assert ids.tolist() == [i for i, _ in want] and 17 not in ids.tolist()
