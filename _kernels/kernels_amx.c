@@ -28,6 +28,10 @@
  * (weights streamed from memory) 4 tokens take 41 ms per forward on VNNI and 49 on tiles, 8 tokens 56 both ways,
  * 32 tokens 169 and 88; decode (1 token) is memory-bound. */
 #define AMX_MIN_TOKENS 8
+/* The head's tiles need no unpacking (its B tiles lie in memory as they are), so tiles pay from fewer tokens: a
+ * denoising step of the demo model asks for the logits of up to 7 rows (0.458 -> 0.444 ms per 32-row step with
+ * tiles from 2 rows; no change on the 2B-4T shape, whose head is streamed from memory either way). */
+#define AMX_MIN_HEAD_TOKENS 4
 #define QUADS 16     /* B tile rows: 16 quads = 64 columns */
 #define TILE_BYTES 1024
 
@@ -287,7 +291,7 @@ void ENTRY(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale,
  * offset (rowsum is the VNNI kernels' correction for their unsigned activations) */
 void ENTRY(int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum, const int8_t *xq,
                         const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    scratch *s = T >= AMX_MIN_TOKENS ? thread_scratch(0) : NULL;
+    scratch *s = T >= AMX_MIN_HEAD_TOKENS ? thread_scratch(0) : NULL;
     if (!s) {
         FALLBACK.int8_matmul(w, kp, row_scale, rowsum, xq, xinv, T, n0, n1, y, ldy);
         return;
