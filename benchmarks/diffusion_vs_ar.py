@@ -115,13 +115,14 @@ def run_set(model, twin, texts, repeats: int, common: dict, dual_default: bool, 
             "other_head_same_as_ar": sum(a.ids == b.ids for a, b in zip(twin_ar, ar)) / len(ar)}
 
 
-def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> dict:
+def single_step_costs(model, knobs: dict, repeats: int, position: int = 128, sampling: dict | None = None) -> dict:
     """ms (the fastest of `repeats`; robust on a shared machine) of the pieces the decoders run, at a
     given context length: one AR token (a 1-row forward + Sampler.token); one full-block step (all B slots
     as queries, logits of a sub-block's rows, greedy sampling over them: every step of the exact decoder
     under block attention, the first step of each sub-block under DualCache); one sub-block step (S + 1
     slots against the block's scratch K/V: DualCache's other steps; causal attention's other steps run S);
-    each with its forward alone."""
+    each with its forward alone. With `sampling` (the model's own sampling defaults, which the app starts from,
+    when they are not greedy) the same three again, drawn with those settings ("ar_sampled", ...)."""
     import time
 
     import numpy as np
@@ -146,6 +147,12 @@ def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> 
     if S >= B:  # one sub-block is the whole block: every step is a full-block step
         del pieces["sub_block"]
     samplers = {"ar": sampler.token, "block": sampler, "sub_block": sampler}
+    if sampling and sampling.get("temperature", 0.0) > 0:  # as Model.generate builds it for these settings
+        drawn = Sampler(**sampling, seed=0, banned_ids=[mask], greedy_kernel=eng.greedy_rows,
+                        sample_kernel=eng.sample_rows)
+        for name in list(pieces):
+            pieces[name + "_sampled"] = pieces[name]
+            samplers[name + "_sampled"] = drawn.token if name == "ar" else drawn
     out = {}
     for name, forward in pieces.items():
         forward()  # warm-up (and the scratch K/V the DualCache step reads)
@@ -154,15 +161,16 @@ def single_step_costs(model, knobs: dict, repeats: int, position: int = 128) -> 
             t0 = time.perf_counter()
             logits = forward()
             t1 = time.perf_counter()
-            samplers[name](logits[0] if name == "ar" else logits)
+            samplers[name](logits[0] if name.startswith("ar") else logits)
             t2 = time.perf_counter()
             alone.append(t1 - t0)
             whole.append(t2 - t0)
         out[name] = {"forward_ms": 1e3 * min(alone), "with_sampling_ms": 1e3 * min(whole)}
     eng.reset()
-    for name in ("block", "sub_block"):
+    for name in ("block", "sub_block", "block_sampled", "sub_block_sampled"):
         if name in out:
-            out[name]["over_ar"] = out[name]["with_sampling_ms"] / out["ar"]["with_sampling_ms"]
+            ar = out["ar_sampled" if name.endswith("_sampled") else "ar"]
+            out[name]["over_ar"] = out[name]["with_sampling_ms"] / ar["with_sampling_ms"]
     return out
 
 
@@ -188,16 +196,21 @@ def print_report(header: str, results: dict) -> None:
         print(f"\nsample: {s['prompt']!r}\n  AR:        {s['ar']!r}\n  diffusion: {s['diffusion']!r}")
 
 
-def print_single_steps(costs: dict, knobs: dict) -> None:
+def print_single_steps(costs: dict, knobs: dict, sampling: dict | None = None) -> None:
     B, S = knobs["block_size"], knobs["sub_block_size"]
-    print(f"\nsingle steps at position 128 (fastest of the runs, ms; forward alone / with greedy sampling):")
-    print(f"  AR token (1 row):                        {costs['ar']['forward_ms']:.3f} / {costs['ar']['with_sampling_ms']:.3f}")
-    for name, what in (("block", f"full block, {B} query slots, {S - 1} logit rows"),
-                       ("sub_block", f"sub-block, {S + 1} query slots, {S} logit rows")):
-        if name not in costs:
+    for suffix, how in (("", "greedy"), ("_sampled", f"the model's own sampling {sampling}")):
+        if "ar" + suffix not in costs:
             continue
-        c = costs[name]
-        print(f"  diffusion step ({what}): {c['forward_ms']:.3f} / {c['with_sampling_ms']:.3f} = {c['over_ar']:.2f}x an AR token")
+        print(f"\nsingle steps at position 128 (fastest of the runs, ms; forward alone / with {how}):")
+        print(f"  AR token (1 row):                        {costs['ar' + suffix]['forward_ms']:.3f} / "
+              f"{costs['ar' + suffix]['with_sampling_ms']:.3f}")
+        for name, what in (("block", f"full block, {B} query slots, {S - 1} logit rows"),
+                           ("sub_block", f"sub-block, {S + 1} query slots, {S} logit rows")):
+            if name + suffix not in costs:
+                continue
+            c = costs[name + suffix]
+            print(f"  diffusion step ({what}): {c['forward_ms']:.3f} / {c['with_sampling_ms']:.3f} = "
+                  f"{c['over_ar']:.2f}x an AR token")
 
 
 def main(argv=None):
@@ -230,7 +243,8 @@ def main(argv=None):
     max_new = common.get("max_new_tokens", KNOBS["max_new_tokens"].default)
     fastest(model, model.chat_ids([{"role": "user", "content": "Hello"}]), 1, mode="diffusion", **common)  # warm-up
 
-    costs = single_step_costs(model, knobs, repeats=max(args.repeats, 20))
+    sampling = model.generation_defaults  # what the app's sampler starts from for this model
+    costs = single_step_costs(model, knobs, repeats=max(args.repeats, 20), sampling=sampling)
     results = {}
     if not args.steps_only:
         other = "exact" if args.lm_head == "int8" else "int8"
@@ -245,7 +259,7 @@ def main(argv=None):
               f"DualCache {'on' if dual_default else 'off'} by default, max {max_new} new tokens")
     header += "" if args.steps_only else f"; fastest of {args.repeats} runs per reply"
     print_report(header, results)
-    print_single_steps(costs, knobs)
+    print_single_steps(costs, knobs, sampling)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"header": header, "knobs": knobs, "results": results, "single_steps": costs}, f, indent=1)

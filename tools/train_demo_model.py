@@ -90,6 +90,9 @@ def parse_args(argv=None):
     p.add_argument("--init-from", default=None,
                    help="a checkpoint (ckpt.pt) whose model and optimiser state start this run (a second phase)")
     p.add_argument("--export-only", action="store_true")
+    p.add_argument("--bf16", action="store_true",
+                   help="run the forward and loss under torch.autocast(bfloat16): ~1.3-2x faster on CPUs with "
+                        "AMX-BF16 or AVX512-BF16 (the weights, optimiser and quantizer scales stay float32)")
     return p.parse_args(argv)
 
 
@@ -267,7 +270,8 @@ def main(argv=None):
             pad = after if a.pad_after_reply else None
             hide = after if a.hide_after_reply else None
             ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
-            diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight)
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
