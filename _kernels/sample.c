@@ -27,32 +27,36 @@
 
 #define EXPONENT_BINS 64 /* w in (0, 1]: bin b holds w in [2^-(b+1), 2^-b); the last bin also everything smaller */
 
-/* A key whose unsigned order is the descending order of z (IEEE bits, flipped so that larger z sort first). */
-static inline uint64_t descending_key(double z) {
-    uint64_t b;
-    z = z == 0.0 ? 0.0 : z; /* -0.0 ties with 0.0, as in numpy's comparisons */
-    memcpy(&b, &z, sizeof b);
-    b = (b >> 63) ? ~b : b | 0x8000000000000000ull; /* ascending order of z as unsigned */
+/* A key whose unsigned order is the descending order of the logit x (IEEE bits, flipped so that larger x sort
+ * first; -0.0 ties with 0.0, as in numpy's comparisons). z = x / temperature keeps the order and the ties of x:
+ * two different floats stay different and in order after the product, at double precision. */
+static inline uint32_t descending_key(float x) {
+    uint32_t b;
+    x = x == 0.0f ? 0.0f : x;
+    memcpy(&b, &x, sizeof b);
+    b = (b >> 31) ? ~b : b | 0x80000000u; /* ascending order of x as unsigned */
     return ~b;
 }
 
-/* Sorts ids[0, n) by key (ascending), stably, in 8 passes of 8 bits (a pass whose digit is the same for every
- * key is skipped); ids and keys travel together through the spare arrays. Stable, so ids that came in ascending
- * order stay so among equal keys: z descending, ties by the lower id, as numpy's stable argsort of -z. */
-static void radix_sort(uint64_t *key, int *ids, uint64_t *key2, int *ids2, int n) {
-    for (int shift = 0; shift < 64; shift += 8) {
-        int count[257] = {0};
-        for (int i = 0; i < n; i++) count[((key[i] >> shift) & 255) + 1]++;
+/* Sorts ids[0, n) by key (ascending), stably: one pass counts all four 8-bit digits, then one scatter pass per
+ * digit (skipped when every key has the same digit); ids travel with their keys through the spare arrays. Stable,
+ * so ids that came in ascending order stay so among equal keys: x descending, ties by the lower id, as numpy's
+ * stable argsort of -z. */
+static void radix_sort(uint32_t *key, int *ids, uint32_t *key2, int *ids2, int n) {
+    int count[4][257] = {{0}};
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < 4; d++) count[d][((key[i] >> (8 * d)) & 255) + 1]++;
+    for (int d = 0; d < 4; d++) {
         int same = 0;
-        for (int d = 1; d <= 256; d++) same |= count[d] == n;
+        for (int v = 1; v <= 256; v++) same |= count[d][v] == n;
         if (same) continue;
-        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (int v = 0; v < 256; v++) count[d][v + 1] += count[d][v];
         for (int i = 0; i < n; i++) {
-            const int at = count[(key[i] >> shift) & 255]++;
+            const int at = count[d][(key[i] >> (8 * d)) & 255]++;
             key2[at] = key[i];
             ids2[at] = ids[i];
         }
-        memcpy(key, key2, sizeof(uint64_t) * (size_t)n);
+        memcpy(key, key2, sizeof(uint32_t) * (size_t)n);
         memcpy(ids, ids2, sizeof(int) * (size_t)n);
     }
 }
@@ -80,6 +84,38 @@ static double select_rank(double *v, int n, int t) {
 }
 
 /* The bin of w in (0, 1] from its exponent bits: [0.5, 1] -> 0, [0.25, 0.5) -> 1, ...; 0 -> the last bin. */
+/* Up to this top_k, the k-th largest comes from one pass with a min-heap of the k largest (most entries lose one
+ * comparison with its root), not from a quickselect over a copy of the whole row (1.1 ms at 128k ids). */
+#define SMALL_TOP_K 1024
+
+/* The k-th largest of x[0, n) (0 < k < n), counting equal values apart, as numpy's partition; heap: k floats. */
+static float kth_largest(const float *x, int n, int k, float *heap) {
+    int size = 0;
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        if (size < k) { /* push, sifting up */
+            int c = size++;
+            while (c > 0 && heap[(c - 1) / 2] > v) {
+                heap[c] = heap[(c - 1) / 2];
+                c = (c - 1) / 2;
+            }
+            heap[c] = v;
+        } else if (v > heap[0]) { /* replace the root, sifting down */
+            int c = 0;
+            for (;;) {
+                int child = 2 * c + 1;
+                if (child >= k) break;
+                if (child + 1 < k && heap[child + 1] < heap[child]) child++;
+                if (!(heap[child] < v)) break;
+                heap[c] = heap[child];
+                c = child;
+            }
+            heap[c] = v;
+        }
+    }
+    return heap[0];
+}
+
 static inline int exponent_bin(double w) {
     uint64_t bits;
     memcpy(&bits, &w, sizeof bits);
@@ -94,16 +130,20 @@ typedef struct {
     int *pool;     /* (V,) */
     int *kept;     /* (V,) */
     uint8_t *bin;  /* (V,) exponent bin of each pool weight; then 1 for each kept id (by id) */
-    uint64_t *key, *key2; /* (V,) the candidates' sort keys */
+    uint32_t *key, *key2; /* (V,) the candidates' sort keys */
     int *cand, *cand2;    /* (V,) the candidates' ids */
 } scratch;
 
 /* The kept ids of one row (ascending) into s->kept with their weights in s->w (indexed like kept); returns how
- * many. s->z holds the row's z; top is its largest entry (in every pool), n_finite how many of them are finite. */
-static int keep_ids(scratch *s, int V, int top_k, double top_p, double top, int n_finite) {
+ * many. x is the row, s->z its z; top is z's largest entry (in every pool), n_finite how many of them are finite. */
+static int keep_ids(scratch *s, const float *x, int V, int top_k, double top_p, double top, int n_finite) {
     const double *z = s->z;
     int n = 0;
-    if (top_k > 0 && top_k < V) {
+    if (top_k > 0 && top_k <= SMALL_TOP_K && top_k < V) { /* the k-th largest x (same order and ties as z) */
+        const float kth = kth_largest(x, V, top_k, (float *)s->tmp);
+        for (int i = 0; i < V; i++)
+            if (x[i] >= kth) s->pool[n++] = i;
+    } else if (top_k > 0 && top_k < V) {
         memcpy(s->tmp, z, sizeof(double) * (size_t)V);
         const double kth = select_rank(s->tmp, V, V - top_k);
         for (int i = 0; i < V; i++)
@@ -121,8 +161,10 @@ static int keep_ids(scratch *s, int V, int top_k, double top_p, double top, int 
         for (int j = 0; j < n; j++)
             if (isfinite(z[s->pool[j]])) s->pool[m++] = s->pool[j];
         n = m;
-        top = -INFINITY; /* a +inf entry may have left the pool */
-        for (int j = 0; j < n; j++) top = z[s->pool[j]] > top ? z[s->pool[j]] : top;
+        if (top == INFINITY) { /* the +inf entry left the pool (the usual leavers, banned ids, are -inf) */
+            top = -INFINITY;
+            for (int j = 0; j < n; j++) top = z[s->pool[j]] > top ? z[s->pool[j]] : top;
+        }
     }
     double total = 0.0;
     for (int j = 0; j < n; j++) {
@@ -136,11 +178,14 @@ static int keep_ids(scratch *s, int V, int top_k, double top_p, double top, int 
     /* the bins, heaviest weights first, until their mass reaches top_p, with a margin far above the rounding of
      * sums in another order (numpy's cumsum over these ids ends within ~1e-13 of this mass), so every id outside
      * them has at least top_p before it in numpy's order too */
-    double bin_mass[EXPONENT_BINS] = {0};
+    double mass4[4][EXPONENT_BINS] = {{0}}, bin_mass[EXPONENT_BINS]; /* four copies: consecutive weights mostly
+                                                                          share a bin, and one copy would make each
+                                                                          sum wait for the one before */
     for (int j = 0; j < n; j++) {
         s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
-        bin_mass[s->bin[j]] += s->w[j];
+        mass4[j & 3][s->bin[j]] += s->w[j];
     }
+    for (int b = 0; b < EXPONENT_BINS; b++) bin_mass[b] = (mass4[0][b] + mass4[1][b]) + (mass4[2][b] + mass4[3][b]);
     int last = 0;
     for (double mass = 0.0; last < EXPONENT_BINS; last++) {
         mass += bin_mass[last];
@@ -150,7 +195,7 @@ static int keep_ids(scratch *s, int V, int top_k, double top_p, double top, int 
     int c = 0;
     for (int j = 0; j < n; j++)
         if (s->bin[j] <= last) {
-            s->key[c] = descending_key(z[s->pool[j]]);
+            s->key[c] = descending_key(x[s->pool[j]]);
             s->cand[c++] = j; /* its place in the pool (and in w) */
         }
     radix_sort(s->key, s->cand, s->key2, s->cand2, c);
@@ -175,8 +220,8 @@ int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, 
                    int64_t *ids, double *probs) {
     const size_t n = (size_t)V;
     scratch s = {malloc(sizeof(double) * n), malloc(sizeof(double) * n), malloc(sizeof(double) * n),
-                 malloc(sizeof(int) * n), malloc(sizeof(int) * n), malloc(n), malloc(sizeof(uint64_t) * n),
-                 malloc(sizeof(uint64_t) * n), malloc(sizeof(int) * n), malloc(sizeof(int) * n)};
+                 malloc(sizeof(int) * n), malloc(sizeof(int) * n), malloc(n), malloc(sizeof(uint32_t) * n),
+                 malloc(sizeof(uint32_t) * n), malloc(sizeof(int) * n), malloc(sizeof(int) * n)};
     const int ok = s.z && s.w && s.tmp && s.pool && s.kept && s.bin && s.key && s.key2 && s.cand && s.cand2;
     for (int r = 0; ok && r < R; r++) {
         const float *row = x + (size_t)r * V;
@@ -190,7 +235,7 @@ int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, 
             n_finite += isfinite(z) != 0;
         }
         const double top = fmax(fmax(top4[0], top4[1]), fmax(top4[2], top4[3]));
-        const int m = keep_ids(&s, V, top_k, top_p, top, n_finite);
+        const int m = keep_ids(&s, row, V, top_k, top_p, top, n_finite);
         if (m == 0) { /* only NaN logits make every comparison false: take the largest z (or id 0), never crash */
             int best = 0;
             for (int i = 1; i < V; i++) best = s.z[i] > s.z[best] ? i : best;
