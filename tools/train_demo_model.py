@@ -90,6 +90,14 @@ def parse_args(argv=None):
     p.add_argument("--init-from", default=None,
                    help="a checkpoint (ckpt.pt) whose model and optimiser state start this run (a second phase)")
     p.add_argument("--export-only", action="store_true")
+    p.add_argument("--init-from-export", default=None,
+                   help="start from an exported model folder (e.g. assets/demo-model): its ternary weights and "
+                        "scales as latent weights that quantize back to exactly them, a fresh optimiser; its "
+                        "tokenizer.json must be WORK's tokenizer")
+    p.add_argument("--consistency-weight", type=float, default=0.0,
+                   help="add this weight x KL(AR || diffusion) at the leftmost masked slot of each block of the "
+                        "two noisy views: the slot the decoder fills when it fills one, whose prediction sees "
+                        "the same prefix as AR's next token (the AR side is not trained by it)")
     p.add_argument("--bf16", action="store_true",
                    help="run the forward and loss under torch.autocast(bfloat16): ~1.3-2x faster on CPUs with "
                         "AMX-BF16 or AVX512-BF16 (the weights, optimiser and quantizer scales stay float32)")
@@ -129,8 +137,29 @@ def weighted_ce(logits, tgts, weights):
     return (ce * weights).sum() / weights.sum()
 
 
+def leftmost(masked: torch.Tensor, B: int) -> torch.Tensor:
+    """(n, L) bool -> (n, L) bool: the first masked slot of each block of B slots."""
+    n, L = masked.shape
+    blocks = masked.view(n, L // B, B)
+    return (blocks & (blocks.cumsum(-1) == 1)).view(n, L)
+
+
+def consistency(model: BitNet, ha, hb, hr, ma, mb, B: int) -> torch.Tensor:
+    """Mean KL(p_AR || p_diffusion) over the leftmost masked slot of every block of both noisy views: the
+    diffusion prediction there (token shift: hidden i-1) sees the prefix AR's next-token prediction sees, plus
+    masks; AR's distribution is the target (detached)."""
+    rows_d, rows_r = [], []
+    for h, m in ((ha, ma), (hb, mb)):
+        first = leftmost(m, B)[:, 1:]
+        rows_d.append(h[:, :-1][first])
+        rows_r.append(hr[:, :-1][first])
+    logp_d = F.log_softmax(model.logits(torch.cat(rows_d)).float(), dim=-1)
+    logp_r = F.log_softmax(model.logits(torch.cat(rows_r)).float(), dim=-1).detach()
+    return (logp_r.exp() * (logp_r - logp_d)).sum(-1).mean()
+
+
 def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0, hide=None, pad=None,
-           pad_weight: float = 0.25):
+           pad_weight: float = 0.25, consistency_weight: float = 0.0):
     """x (n, L) ids; target/maskable/ma/mb (n, L) bool -> (diffusion CE, AR CE), means over their targets.
     stop_weight: weight of each reply's closing <|eot_id|> (an assistant slot holding EOT_ID); hide (n, L) bool:
     slots both noisy views show as masks without predicting them (after_reply); pad (n, L) bool: slots the noisy
@@ -156,6 +185,9 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
     wd = torch.cat([wn[:, 1:][ma[:, 1:]], wn[:, 1:][mb[:, 1:]], w[:, last + 1][commit]])
     diff = weighted_ce(model.logits(rows), tgts, wd)
     ar = weighted_ce(model.logits(hr[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]], w[:, 1:][target[:, 1:]])
+    if consistency_weight:
+        # reply slots only: a padding slot's AR prediction is the next turn, not the padding the views hold
+        diff = diff + consistency_weight * consistency(model, ha, hb, hr, ma & maskable, mb & maskable, B)
     return diff, ar
 
 
@@ -169,6 +201,27 @@ def evaluate(model: BitNet, val: list) -> tuple[float, float]:
         d, a = d + float(di), a + float(ar)
     model.train()
     return d / len(val), a / len(val)
+
+
+def load_export(model: BitNet, folder: str) -> None:
+    """The weights of an exported folder into the latent model: each projection's latent W = tern * s / f (s its
+    weight_scale, f its share of nonzero codes), whose absmean is s and which rounds back to tern, so the
+    quantized model starts as the export; the bf16 embeddings and norms as they are."""
+    from safetensors.torch import load_file
+    from transformers.integrations.bitnet import unpack_weights
+
+    t = load_file(os.path.join(folder, "model.safetensors"))
+    state = {}
+    for name, ref in model.state_dict().items():
+        key = "model." + name
+        if name.endswith("proj.weight"):
+            tern = unpack_weights(t[key], dtype=torch.float32)[: ref.shape[0]]
+            s = t[key[: -len("weight")] + "weight_scale"].float()
+            f = tern.abs().mean().clamp(min=1e-6)
+            state[name] = tern * s / f
+        else:
+            state[name] = t[key].float()
+    model.load_state_dict(state)
 
 
 def lr_at(step: int, a) -> float:
@@ -248,6 +301,9 @@ def main(argv=None):
         step, elapsed, hist = s["step"], s["elapsed"], s["hist"]
         rng.setstate(s["rng"]); gen.set_state(s["gen"])
         print(f"resumed at step {step} ({elapsed:.0f} s)", flush=True)
+    elif a.init_from_export and not a.export_only:
+        load_export(model, a.init_from_export)
+        print(f"initialised from the export {a.init_from_export}", flush=True)
     elif a.init_from and not a.export_only:  # a second phase: the first phase's weights and optimiser moments
         s = torch.load(a.init_from, weights_only=False)
         model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
@@ -271,7 +327,8 @@ def main(argv=None):
             hide = after if a.hide_after_reply else None
             ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-                diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight)
+                diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
+                                  a.consistency_weight)
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
