@@ -28,8 +28,11 @@ What it does (seeded, CPU; torch + tokenizers + safetensors + transformers are d
    ``--hide-after-reply`` shows the noisy views the slots after a reply's end inside its block as masks, as the
    decoder sees them (after_reply); ``--pad-after-reply`` instead holds those slots as <|eot_id|> padding in the
    noisy views, masked and predicted (weight ``--pad-weight``), as LLaDA / Fast-dLLM v2 pad their SFT sequences.
+   ``--consistency-weight W`` adds W x KL(AR || diffusion) at the leftmost masked reply slot of each block of
+   the noisy views (the slot a one-slot step fills; most of the decoders' disagreements start there).
    Validation always uses the plain objective. ``--init-from CKPT`` starts a run (a second phase) from another
-   run's checkpoint: its model and optimiser state, with this run's own schedule.
+   run's checkpoint: its model and optimiser state, with this run's own schedule; ``--init-from-export DIR``
+   from an exported folder (its weights, a fresh optimiser). ``--bf16`` runs the forward under bfloat16 autocast.
 5. Schedule in STEPS (reproducible on any machine): linear warmup, constant, cosine decay over the last
    ``--decay-frac`` of ``--steps`` to ``--min-lr-frac`` of the peak. The LR is a function of the step alone,
    so a resumed run continues its schedule exactly.
