@@ -300,20 +300,23 @@ def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray
     return out
 
 
+cdef tuple _id_prob_rows(int R, int V):
+    """For a (R, V) block of logit rows (V >= 1, else ValueError): empty ids (R,) int64 and probs (R,) float64."""
+    if V < 1:
+        raise ValueError("logit rows need at least one entry")
+    return np.empty(R, dtype=np.int64), np.empty(R, dtype=np.float64)
+
+
 def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x):
     """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64, with the
     kernel path `isa` (greedy.c; decode/sampling.py greedy_rows is the numpy reference). x is left alone."""
     cdef const bn_kernels *k = _kernels(isa)
     cdef int R = x.shape[0], V = x.shape[1]
-    if V < 1:
-        raise ValueError("logit rows need at least one entry")
-    ids = np.empty(R, dtype=np.int64)
-    probs = np.empty(R, dtype=np.float64)
-    cdef int64_t[::1] iv = ids
-    cdef double[::1] pv = probs
+    cdef cnp.ndarray ids, probs
+    ids, probs = _id_prob_rows(R, V)
     if R:
         with nogil:
-            bn_greedy_rows(k, <const float *>x.data, R, V, &iv[0], &pv[0])
+            bn_greedy_rows(k, <const float *>x.data, R, V, <int64_t *>ids.data, <double *>probs.data)
     return ids, probs
 
 
@@ -323,20 +326,16 @@ def sample_rows(cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int 
     uniforms u (R,): ids (R,) int64 and their probabilities (R,) float64 (sample.c; decode/sampling.py
     Sampler._draw is the numpy reference). x is left alone."""
     cdef int R = x.shape[0], V = x.shape[1], rc = 0
-    if V < 1:
-        raise ValueError("logit rows need at least one entry")
+    cdef cnp.ndarray ids, probs
+    ids, probs = _id_prob_rows(R, V)
     if u.shape[0] != R:
         raise ValueError("one uniform per row")
     if not temperature > 0 or not 0 < top_p <= 1:
         raise ValueError("temperature must be > 0 and top_p in (0, 1]")
-    ids = np.empty(R, dtype=np.int64)
-    probs = np.empty(R, dtype=np.float64)
-    cdef int64_t[::1] iv = ids
-    cdef double[::1] pv = probs
     if R:
         with nogil:
             rc = bn_sample_rows(<const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
-                                &iv[0], &pv[0])
+                                <int64_t *>ids.data, <double *>probs.data)
     if rc:
         raise MemoryError("out of memory sampling the logits")
     return ids, probs
