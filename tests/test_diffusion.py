@@ -134,6 +134,30 @@ def test_causal_leftmost_floor_equals_greedy_ar(dlm):
                for e in events if isinstance(e, Step))
 
 
+def test_causal_steps_run_only_the_rows_they_need(dlm):
+    """Causal attention: a step re-runs only the slots from the first stale one (at most the previous sub-block's)
+    to the last masked one, and a commit keeps the scratch K/V of the slots already final (the equality with the
+    slow reference and with a fresh prefill is checked above)."""
+    ef, ref, eng, mask = dlm
+    calls, forward = [], eng.forward
+
+    def recording(tokens, **kw):
+        calls.append((len(tokens), kw["commit"]))
+        return forward(tokens, **kw)
+
+    eng.forward = recording
+    try:
+        events = run_engine(eng, prompt_of(3, seed=4), mask, max_new_tokens=3 * B, block_size=B, sub_block_size=S,
+                            threshold=0.3, attention="causal")
+    finally:
+        del eng.forward
+    steps = [n for n, commit in calls if not commit]
+    commits = [n for n, commit in calls if commit]  # block commits only: the prompt (3 < B) has no whole block
+    assert len(events[-1].ids) == 3 * B and len(steps) == sum(isinstance(e, Step) for e in events)
+    assert max(steps) <= 2 * S - 1 and max(commits) <= S, (steps, commits)
+    assert len(commits) >= 2
+
+
 def test_dual_cache_changes_nothing_for_causal_attention(dlm):
     """Causal steps always re-run only the sub-block (exact), so the knob cannot change them."""
     ef, ref, eng, mask = dlm

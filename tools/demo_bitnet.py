@@ -20,6 +20,8 @@ Attention layouts accepted by ``BitNet.forward`` (T = sequence length of the bat
 * a bool tensor (T, T): True = the query (row) may attend to the key (column).
 * ``"train"``: the training layout of 4 segments of L tokens each, ``[noisy_a | noisy_b | clean_blk | clean_ar]``,
   see ``train_attention``.
+* ``"train_causal"``: the training layout for causal-attention diffusion, 3 segments ``[noisy_a | noisy_b | clean]``,
+  see ``train_attention_causal``.
 """
 from __future__ import annotations
 
@@ -143,6 +145,33 @@ def train_attention(q, k, v, block: int):
     return torch.cat([o_n[:B], o_n[B:], o_c, o_r], dim=2)
 
 
+def train_attention_causal(q, k, v, block: int):
+    """Attention for the causal training layout [noisy_a | noisy_b | clean], L tokens each.
+
+    q, k, v: (B, H, 3L, hd). Every segment holds positions 0..L-1 of the same sample.
+    * noisy_a / noisy_b: a query at position i of block b sees its own noisy block up to i (causally) and the
+      clean keys of blocks < b: what a decoder with causal attention sees (the committed blocks, then the
+      block being filled, masks included, up to the query).
+    * clean: plain causal over itself: the committed K/V and what AR decoding sees (next-token loss).
+    """
+    L = q.shape[2] // 3
+    idx = torch.arange(L, device=q.device)
+    blk = idx // block
+    own = (blk[:, None] == blk[None, :]) & (idx[:, None] >= idx[None, :])  # (L, L) own block, causally
+    before = blk[:, None] > blk[None, :]  # (L, L) strictly earlier blocks
+    qa, qb, qc = q.split(L, dim=2)
+    ka, kb, kc = k.split(L, dim=2)
+    va, vb, vc = v.split(L, dim=2)
+    B = q.shape[0]
+    o_n = F.scaled_dot_product_attention(
+        torch.cat([qa, qb], 0),
+        torch.cat([torch.cat([ka, kc], 2), torch.cat([kb, kc], 2)], 0),
+        torch.cat([torch.cat([va, vc], 2), torch.cat([vb, vc], 2)], 0),
+        attn_mask=torch.cat([own, before], dim=1))
+    o_c = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
+    return torch.cat([o_n[:B], o_n[B:], o_c], dim=2)
+
+
 class Attention(nn.Module):
     def __init__(self, c: BitNetCfg):
         super().__init__()
@@ -166,6 +195,8 @@ class Attention(nn.Module):
         v = v.repeat_interleave(H // KV, dim=1)
         if isinstance(layout, str) and layout == "train":
             o = train_attention(q, k, v, c.block_size)
+        elif isinstance(layout, str) and layout == "train_causal":
+            o = train_attention_causal(q, k, v, c.block_size)
         elif isinstance(layout, str) and layout == "causal":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -246,7 +277,7 @@ def param_lr_groups(m: BitNet, weight_decay: float):
 
 
 def _self_check():
-    """Tiny check that the "train" layout equals the same attention done with one big mask."""
+    """Tiny check that the "train" and "train_causal" layouts equal the same attention done with one big mask."""
     torch.manual_seed(0)
     c = BitNetCfg(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                   num_attention_heads=4, num_key_value_heads=2, block_size=4)
@@ -263,7 +294,18 @@ def _self_check():
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
     got = train_attention(q, k, v, 4)
     assert torch.allclose(ref, got, atol=1e-5), (ref - got).abs().max()
-    print("train_attention ok", math.isfinite(float(got.sum())))
+    # the causal layout [noisy_a | noisy_b | clean]: own block up to the query, earlier clean blocks; clean causal
+    q3, k3, v3 = (t[:, :, :3 * L] for t in (q, k, v))
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    full3 = torch.zeros(3 * L, 3 * L, dtype=torch.bool)
+    for s in (0, 1):
+        full3[s * L:(s + 1) * L, s * L:(s + 1) * L] = same & causal
+        full3[s * L:(s + 1) * L, 2 * L:] = before
+    full3[2 * L:, 2 * L:] = causal
+    ref3 = F.scaled_dot_product_attention(q3, k3, v3, attn_mask=full3)
+    got3 = train_attention_causal(q3, k3, v3, 4)
+    assert torch.allclose(ref3, got3, atol=1e-5), (ref3 - got3).abs().max()
+    print("train_attention ok", math.isfinite(float(got.sum())), math.isfinite(float(got3.sum())))
 
 
 if __name__ == "__main__":

@@ -68,16 +68,19 @@ def hf_config(cfg) -> dict:
     }
 
 
-def dlm_config(cfg) -> dict:
+def dlm_config(cfg, attention: str = "block") -> dict:
+    inside = ("bidirectional inside a block" if attention == "block" else
+              "causal inside a block (a slot sees the slots before it, so the leftmost masked slot's prediction is "
+              "the AR one)")
     return {
         "mask_token_id": D.MASK,
         "bd_size": cfg.block_size,
-        "attention": "block",
+        "attention": attention,
         "sub_block_size": 8,
         "threshold": 0.9,
-        "notes": "Fast-dLLM v2 block diffusion, blocks aligned to absolute positions 0, bd_size, ... "
-                 "counted from BOS. Slot 0 of every block was never masked in training: the decoder takes "
-                 "it from the prompt tail or from the argmax of the previous block's commit forward.",
+        "notes": f"Fast-dLLM v2 style block diffusion, attention {inside}; blocks aligned to absolute positions "
+                 "0, bd_size, ... counted from BOS. Slot 0 of every block was never masked in training: the "
+                 "decoder takes it from the prompt tail or from the argmax of the previous block's commit forward.",
     }
 
 
@@ -116,7 +119,7 @@ def write_json(path: str, obj: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def write_model(model, tok, cfg, out: str) -> None:
+def write_model(model, tok, cfg, out: str, attention: str = "block") -> None:
     """The HF folder (weights, configs, tokenizer) of the current weights into `out`."""
     from safetensors.torch import save_file
 
@@ -127,13 +130,13 @@ def write_model(model, tok, cfg, out: str) -> None:
     write_json(os.path.join(out, "generation_config.json"), {
         "bos_token_id": D.BOS, "eos_token_id": [D.EOT_ID, D.EOT_TEXT], "pad_token_id": D.EOT_TEXT,
         "do_sample": True, "temperature": 0.7, "top_p": 0.9, "max_length": cfg.max_position_embeddings})
-    write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg))
+    write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg, attention))
     tok.save(os.path.join(out, "tokenizer.json"))
     write_json(os.path.join(out, "tokenizer_config.json"), C.tokenizer_config(cfg.max_position_embeddings))
 
 
 def export(model, tok, cfg, a, hist, elapsed, step) -> None:
-    write_model(model, tok, cfg, a.out)
+    write_model(model, tok, cfg, a.out, getattr(a, "attention", "block"))
     write_json(os.path.join(a.work, "train_metrics.json"),
                {"hist": hist, "elapsed_s": round(elapsed), "steps_done": step, "args": vars(a),
                 "config": cfg.to_dict()})

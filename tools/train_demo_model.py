@@ -101,6 +101,11 @@ def parse_args(argv=None):
                    help="add this weight x KL(AR || diffusion) at the leftmost masked slot of each block of the "
                         "two noisy views: the slot the decoder fills when it fills one, whose prediction sees "
                         "the same prefix as AR's next token (the AR side is not trained by it)")
+    p.add_argument("--attention", choices=("block", "causal"), default="block",
+                   help="the attention pattern inside a block being decoded: block (Fast-dLLM v2: bidirectional) "
+                        "or causal (a slot sees the slots before it: the leftmost masked slot's prediction is then "
+                        "exactly the AR one, and a decoding step runs only the rows it needs); written to "
+                        "dlm_config.json")
     p.add_argument("--bf16", action="store_true",
                    help="run the forward and loss under torch.autocast(bfloat16): ~1.3-2x faster on CPUs with "
                         "AMX-BF16 or AVX512-BF16 (the weights, optimiser and quantizer scales stay float32)")
@@ -162,13 +167,15 @@ def consistency(model: BitNet, ha, hb, hr, ma, mb, B: int) -> torch.Tensor:
 
 
 def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0, hide=None, pad=None,
-           pad_weight: float = 0.25, consistency_weight: float = 0.0):
+           pad_weight: float = 0.25, consistency_weight: float = 0.0, causal: bool = False):
     """x (n, L) ids; target/maskable/ma/mb (n, L) bool -> (diffusion CE, AR CE), means over their targets.
     stop_weight: weight of each reply's closing <|eot_id|> (an assistant slot holding EOT_ID); hide (n, L) bool:
     slots both noisy views show as masks without predicting them (after_reply); pad (n, L) bool: slots the noisy
     views hold as <|eot_id|> padding instead (after_reply), each a target of weight pad_weight, so a view's
     block ends as a finished reply does (ma / mb must then be drawn over maskable | pad). The defaults are the
-    plain objective (validation always uses it)."""
+    plain objective (validation always uses it). causal: the noisy views attend causally inside their block
+    (layout "train_causal", segments [noisy_a | noisy_b | clean]); the clean segment is then both the committed
+    K/V and the AR input, and a commit forward's prediction is the AR one (no separate commit term)."""
     n, L = x.shape
     B = model.c.block_size
     hide = torch.zeros_like(ma) if hide is None else hide
@@ -176,13 +183,17 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
     xn, wn = x, w  # what the noisy views hold and predict
     if pad is not None:
         xn, wn = x.masked_fill(pad, D.EOT_ID), torch.where(pad, pad_weight, w)
-    inp = torch.cat([xn.masked_fill(ma | hide, D.MASK), xn.masked_fill(mb | hide, D.MASK), x, x], dim=1)  # (n, 4L)
-    pos = torch.arange(L).repeat(4)  # every segment has positions 0..L-1
-    h = model.hidden(inp, pos, "train")  # (n, 4L, d)
-    ha, hb, hc, hr = h.split(L, dim=1)
+    noisy = [xn.masked_fill(ma | hide, D.MASK), xn.masked_fill(mb | hide, D.MASK)]
+    segments = noisy + [x] if causal else noisy + [x, x]  # (n, 3L) or (n, 4L)
+    pos = torch.arange(L).repeat(len(segments))  # every segment has positions 0..L-1
+    h = model.hidden(torch.cat(segments, dim=1), pos, "train_causal" if causal else "train").split(L, dim=1)
+    ha, hb, hc = h[:3]  # each (n, L, d)
+    hr = h[-1]  # the segment AR reads (under causal attention the same as hc)
     # token shift: hidden at i-1 predicts token i (slot 0 of a block is never masked, so i-1 is in the block)
     last = torch.arange(B - 1, L - 1, B)  # last slot of each block but the final one
     commit = maskable[:, last + 1]  # the next block starts with an assistant token: the commit forward predicts it
+    if causal:
+        commit = torch.zeros_like(commit)  # there it is the AR prediction, already in the AR loss
     rows = torch.cat([ha[:, :-1][ma[:, 1:]], hb[:, :-1][mb[:, 1:]], hc[:, last][commit]])
     tgts = torch.cat([xn[:, 1:][ma[:, 1:]], xn[:, 1:][mb[:, 1:]], x[:, last + 1][commit]])
     wd = torch.cat([wn[:, 1:][ma[:, 1:]], wn[:, 1:][mb[:, 1:]], w[:, last + 1][commit]])
@@ -195,12 +206,12 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
 
 
 @torch.no_grad()
-def evaluate(model: BitNet, val: list) -> tuple[float, float]:
+def evaluate(model: BitNet, val: list, causal: bool = False) -> tuple[float, float]:
     """val: fixed batches (x, target, maskable, ma, mb) -> mean (diffusion, AR) CE."""
     model.eval()
     d = a = 0.0
     for b in val:
-        di, ar = losses(model, *b)
+        di, ar = losses(model, *b, causal=causal)
         d, a = d + float(di), a + float(ar)
     model.train()
     return d / len(val), a / len(val)
@@ -331,7 +342,7 @@ def main(argv=None):
             ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
                 diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
-                                  a.consistency_weight)
+                                  a.consistency_weight, a.attention == "causal")
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -343,7 +354,7 @@ def main(argv=None):
                       f" lr {opt.param_groups[0]['lr']:.2e} {elapsed:.0f}s", flush=True)
             done = step >= a.steps
             if step % a.eval_every == 0 or done:
-                vd, va = evaluate(model, val)
+                vd, va = evaluate(model, val, a.attention == "causal")
                 hist.append({"step": step, "elapsed": round(elapsed), "val_diffusion": vd, "val_ar": va})
                 print(f"VAL step {step} diffusion {vd:.4f} ar {va:.4f}", flush=True)
             if time.time() - t_last_ck > a.ckpt_every or done:

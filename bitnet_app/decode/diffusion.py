@@ -90,6 +90,7 @@ class _Run:
         self.B, self.S, self.threshold, self.attention, self.mask = B, S, threshold, attention, mask
         self.causal = attention == "causal"
         self.dual_cache, self.kv_ids = dual_cache, kv_ids
+        self.fresh = 0  # causal attention: the block's leading slots whose scratch K/V are those of their final ids
         self.forwards = self.steps = 0
         self.busy = self.ttft = 0.0
         self.engine_s = self.step_s = self.step_engine_s = 0.0  # where the time goes (see _stats)
@@ -120,28 +121,29 @@ class _Run:
         tail = list(self.prompt[n_full:])
         return n_full, tail, len(tail)
 
-    def query_span(self, lo: int, hi: int, n: int, first_step: bool) -> tuple[int, int, int | None]:
+    def query_span(self, lo: int, hi: int, n: int, first_step: bool, masked: list[int]) -> tuple[int, int, int | None]:
         """(q0, q1, kv_end or None): the block slots [q0, q1) to run as queries for a step on the
         sub-block [lo, hi) of an n-slot block, and how far into the block the keys reach.
 
-        The step needs the logits of rows lo-1 .. hi-2 (token shift).
-        Causal attention (exact): no row sees a later slot, so slots from hi-1 on are left out, and after
-        the sub-block's first step only lo-1 .. hi-2 run, against the scratch K/V that step wrote for the
-        earlier slots (final ids: every earlier sub-block was complete).
+        The step needs the logits of rows j-1 for the masked slots j (token shift).
+        Causal attention (exact): no row sees a later slot, and a slot's K/V depends only on the ids up to it.
+        So the rows from the first stale one (self.fresh: every earlier slot's scratch K/V is from its final
+        id) or the first needed one, whichever comes first, to the last needed one run, against the scratch
+        K/V earlier steps wrote for the slots before them.
         Block attention: every slot sees the whole block, so all n slots run (exact); under DualCache,
         after the sub-block's first step, only lo-1 .. hi-1 run, against the scratch K/V of the other
         slots (kv_end = n): an approximation, since those K/V are from the sub-block's first step."""
-        rerun = not first_step and (self.causal or self.dual_cache)
-        q0 = max(lo - 1, 0) if rerun else 0
         if self.causal:
-            return q0, hi - 1, None
-        return (q0, hi, n) if rerun else (0, n, None)
+            return min(self.fresh, masked[0] - 1), masked[-1], None
+        if self.dual_cache and not first_step:
+            return max(lo - 1, 0), hi, n
+        return 0, n, None
 
     def step(self, block, block_start, lo, hi, first_step) -> list[int]:
         """One denoising forward for the sub-block [lo, hi); fills slots in place, returns which."""
         t0, engine_before = time.perf_counter(), self.engine_s
         masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
-        q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step)
+        q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, masked)
         logits = self.forward(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
                               kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
@@ -150,9 +152,23 @@ class _Run:
         chosen = dict(zip(masked, tokens.tolist()))
         for j in fill:
             block[j] = chosen[j]
+        self.fresh = min(q1, fill[0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
         self.step_s += time.perf_counter() - t0
         self.step_engine_s += self.engine_s - engine_before
         return fill
+
+    def commit(self, block, block_start) -> np.ndarray:
+        """Commit the finished block's K/V; return the logits of its last row (they predict the next block's
+        first slot). Causal attention: the scratch K/V of the slots before self.fresh are already those of the
+        final ids, so they are kept as they are and only the later slots run (the last one always does)."""
+        keep = min(self.fresh, len(block) - 1) if self.causal else 0
+        if keep:
+            self.engine.keep_scratch(block_start + keep)
+            if self.kv_ids is not None:
+                del self.kv_ids[block_start:]
+                self.kv_ids.extend(block[:keep])
+        self.fresh = 0
+        return self.forward(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
 
     def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
         """Token events for the block's slots that became final in order, from slot `emitted` on."""
@@ -221,7 +237,7 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
                 break
             # The block is complete: commit its K/V from its final ids; its last row predicts the next slot.
             t = clock()
-            logits = run.forward(block, block_start, True, [len(block) - 1])
+            logits = run.commit(block, block_start)
             block_start, known, prompt_slots = block_start + len(block), [run.sample_one(logits[0])], 0
             run.busy += clock() - t
             if block_start >= engine.ctx:

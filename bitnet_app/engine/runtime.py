@@ -78,14 +78,24 @@ class Engine:
         self._sample = _engine.sample_rows
         self.threads = self._c.threads
         self.n_past = 0
+        self._written = 0  # positions [0, _written) hold K/V some forward wrote (committed, then scratch)
         self._lock = threading.Lock()
 
     def reset(self) -> None:
-        self.n_past = 0
+        self.n_past = self._written = 0
 
     def truncate(self, n: int) -> None:
         """Forget committed positions from n on (regenerate, diffusion)."""
-        self.n_past = max(0, min(self.n_past, int(n)))
+        self.n_past = self._written = max(0, min(self.n_past, int(n)))
+
+    def keep_scratch(self, end: int) -> None:
+        """Commit the scratch K/V that uncommitted forwards wrote for positions [n_past, end), without running
+        them again. The caller vouches that they were computed from the final ids under causal attention (where
+        a position's K/V depends only on the ids up to it); the engine checks only that they were written."""
+        end = int(end)
+        if not self.n_past <= end <= self._written:
+            raise ValueError(f"only written positions can be kept: {end} is outside [{self.n_past}, {self._written}]")
+        self.n_past = end
 
     def greedy_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64 with
@@ -133,5 +143,7 @@ class Engine:
             self._c.forward(toks.astype(np.int32), start, kv_end, 1 if attention == "block" else 0,
                             int(block_size), rows, out)
             if commit:
-                self.n_past = start + n
+                self.n_past = self._written = start + n
+            elif start <= self._written:
+                self._written = max(self._written, start + n)
         return out
