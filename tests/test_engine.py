@@ -229,6 +229,25 @@ def test_dual_cache_reuses_scratch_keys(tiny):
     np.testing.assert_allclose(sub, full[4:], rtol=0, atol=1e-5 * np.abs(full).max())
 
 
+def test_keep_scratch_commits_causal_scratch_as_a_forward_would(tiny):
+    """Causal scratch K/V written from the final ids, kept without a re-run, serves later tokens exactly as a
+    committing forward of the same ids; only written positions can be kept."""
+    ef, _ = tiny
+    ids = ids_for(ef, 16, seed=7)
+    eng = Engine(ef, lm_head="exact", threads=2)
+    eng.forward(ids[:6])
+    eng.forward(ids[6:12], commit=False)  # scratch for positions 6..11
+    with pytest.raises(ValueError, match="only written positions"):
+        eng.keep_scratch(13)
+    eng.keep_scratch(10)
+    assert eng.n_past == 10
+    kept = eng.forward(ids[10:], rows=range(6))
+    eng.reset()
+    with pytest.raises(ValueError, match="only written positions"):
+        eng.keep_scratch(1)
+    np.testing.assert_array_equal(kept, eng.forward(ids, rows=range(10, 16)))
+
+
 def test_truncate_then_recommit_matches_fresh(tiny):
     ef, _ = tiny
     ids = ids_for(ef, 14, seed=5)

@@ -22,8 +22,10 @@ A finished block is run once more and COMMITTED, so no K/V computed from MASK in
 cache; the last row of that pass predicts the next block's first slot.
 
 Shapes: engine.forward(block, rows=R) -> (len(R), V) float32; sampler((R, V)) -> tokens (R,), probs (R,).
-Queries (see _Run.query_span): causal attention runs only the slots up to the sub-block's end, and
-after a sub-block's first step only the sub-block (exact: no slot sees a later one). Block attention
+Queries (see _Run.query_span): causal attention runs only the slots from the first one whose scratch
+K/V is stale (filled since it was last run) to the last masked one, and a finished block's commit keeps
+the scratch K/V of its slots that were already final and runs only the rest (exact: no slot sees a
+later one, so a slot's K/V depends only on the ids up to it). Block attention
 runs the whole block every step (exact), unless DualCache (dual_cache=True) asks to re-run only the
 sub-block's slots (and the one before it, whose row predicts the first) after the sub-block's first
 step, against the block's scratch K/V (engine kv_end): an approximation, since the other slots' K/V
