@@ -54,7 +54,7 @@ def demo(tmp_path_factory):
 def test_demo_model_is_a_block_diffusion_chat_bitnet(demo):
     m = Model.open(demo, threads=2)
     assert m.trained_for_diffusion and m.mask_id == 3
-    assert m.diffusion_defaults["attention"] == "block" and m.diffusion_defaults["block_size"] == 32
+    assert m.diffusion_defaults["attention"] == "causal" and m.diffusion_defaults["block_size"] == 32
     assert m.meta["source"]["scale_mode"] == "multiply"  # autobitlinear: W_eff = ternary x weight_scale
     assert m.context_length == 512 and m.stop_ids[0] == m.encode("<|eot_id|>", add_special_tokens=False)[0]
 
