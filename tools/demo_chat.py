@@ -149,8 +149,8 @@ def shakespeare_exchange(works: list[list[str]], rng: random.Random) -> tuple[st
 class ChatWindows:
     """Random training (or held-out) windows of L tokens: BOS + exchanges; each with target / maskable flags."""
 
-    def __init__(self, tok, works: dict[str, str], L: int, held_out: bool):
-        self.tok, self.L, self.held_out = tok, L, held_out
+    def __init__(self, tok, works: dict[str, str], L: int, held_out: bool, shakespeare_share: float = SHAKESPEARE_SHARE):
+        self.tok, self.L, self.held_out, self.shakespeare_share = tok, L, held_out, shakespeare_share
         self.works = [p for p in paragraphs(works) if len(p) > 10]
 
     def encode(self, text: str) -> list[int]:
@@ -163,7 +163,7 @@ class ChatWindows:
 
     def exchange(self, rng: random.Random):
         """One user/assistant exchange -> (ids, target, maskable)."""
-        if rng.random() < SHAKESPEARE_SHARE:
+        if rng.random() < self.shakespeare_share:
             q, a = shakespeare_exchange(self.works, rng)
             user = self.turn("user", q, True, False)
         else:

@@ -106,6 +106,8 @@ def parse_args(argv=None):
                         "or causal (a slot sees the slots before it: the leftmost masked slot's prediction is then "
                         "exactly the AR one, and a decoding step runs only the rows it needs); written to "
                         "dlm_config.json")
+    p.add_argument("--shakespeare-share", type=float, default=C.SHAKESPEARE_SHARE,
+                   help="share of the training exchanges that are Shakespeare (0.1: ~25%% of the tokens)")
     p.add_argument("--bf16", action="store_true",
                    help="run the forward and loss under torch.autocast(bfloat16): ~1.3-2x faster on CPUs with "
                         "AMX-BF16 or AVX512-BF16 (the weights, optimiser and quantizer scales stay float32)")
@@ -271,7 +273,8 @@ def prepare(a, tok=None):
     elif tok is None:
         tok = C.train_tokenizer(C.tokenizer_texts(train_txt, a.seed), a.vocab)
         tok.save(tok_path)
-    return tok, C.ChatWindows(tok, train_txt, a.seq, held_out=False), C.ChatWindows(tok, val_txt, a.seq, held_out=True)
+    train = C.ChatWindows(tok, train_txt, a.seq, held_out=False, shakespeare_share=a.shakespeare_share)
+    return tok, train, C.ChatWindows(tok, val_txt, a.seq, held_out=True)  # validation: the default mix, always
 
 
 def make_cfg(a, vocab: int) -> BitNetCfg:

@@ -10,6 +10,7 @@ import tokenizers
 
 REPLACEMENT_CHAR = "\ufffd"  # what a byte-level decoder shows for an incomplete UTF-8 sequence
 MAX_UTF8_BYTES = 4           # a character spans at most 4 bytes, so at most 4 byte-level tokens
+WINDOW_MEMORY = 1 << 16      # decoded windows a Tokenizer remembers (a few MB at most), then it starts afresh
 
 
 class TokenizerError(ValueError):
@@ -48,6 +49,7 @@ class Tokenizer:
         self._tok = _rust_call("reading it", tokenizers.Tokenizer.from_str, tokenizer_json)
         self._plain = None      # a copy that reads special tokens as text (encode_plain), made when needed
         self._specials = None
+        self._windows: dict[tuple, str] = {}  # decode_window's memory
         cfg = tokenizer_config or {}
         self.bos_token = _token_content(cfg.get("bos_token"))
         self.eos_token = _token_content(cfg.get("eos_token"))
@@ -118,6 +120,18 @@ class Tokenizer:
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return _rust_call("decoding", self._tok.decode, [int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
+    def decode_window(self, ids: tuple, skip_special_tokens: bool) -> str:
+        """decode() of a short window of ids, remembered: a detokenizer decodes the same windows of one to a few
+        ids again and again (counts, tables, verse), and a call through the Rust binding with its checks costs
+        several µs, as much per token as a demo-model diffusion step spends on its own bookkeeping."""
+        key = (skip_special_tokens, ids)
+        text = self._windows.get(key)
+        if text is None:
+            if len(self._windows) >= WINDOW_MEMORY:
+                self._windows.clear()
+            text = self._windows[key] = self.decode(ids, skip_special_tokens=skip_special_tokens)
+        return text
+
     def token_id(self, token: str) -> int | None:
         """Id of one token string (e.g. "<|eot_id|>"), or None if the vocabulary lacks it."""
         return _rust_call("looking up a token", self._tok.token_to_id, token)
@@ -154,6 +168,8 @@ class IncrementalDetokenizer:
         self.text = ""  # everything emitted so far
 
     def _decode(self, ids) -> str:
+        if len(ids) <= 2 * MAX_UTF8_BYTES:  # the usual window: the id before the new ones, and those
+            return self._tok.decode_window(tuple(ids), self._skip)
         return self._tok.decode(ids, skip_special_tokens=self._skip)
 
     def _new_text(self) -> str:
