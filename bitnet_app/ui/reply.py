@@ -32,6 +32,7 @@ class ReplyView:
         self.footer = st.empty()
         self._texts: dict[int, str] = {}
         self._last_frame = None
+        self._frame_drawn = True  # whether the picture shows the last step's frame
         self._drawn_at = {"text": 0.0, "picture": 0.0}
         self.text.markdown(CURSOR)
 
@@ -54,14 +55,21 @@ class ReplyView:
             self._last_frame = frame
             if len(m["steps"]) < block_picture.MAX_FRAMES:
                 m["steps"].append(frame)
+            self._frame_drawn = False
             if self.picture is not None and self._due("picture"):
-                self.picture.markdown(block_picture.render(frame, caption=f"step {len(m['steps'])}"),
-                                      unsafe_allow_html=True)
+                self._draw_frame()
                 self._pause()
         elif isinstance(ev, Done):
             m["content"], m["stats"], m["stop_reason"], m["done"] = ev.text, dict(ev.stats), ev.stop_reason, True
+            if self.picture is not None and not self._frame_drawn:  # end on the last step, not the last one drawn
+                self._draw_frame()
             self.text.markdown(markdown_text(m["content"]) or "_(empty reply)_")
             self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
+
+    def _draw_frame(self) -> None:
+        caption = f"step {len(self.msg['steps'])}"
+        self.picture.markdown(block_picture.render(self._last_frame, caption=caption), unsafe_allow_html=True)
+        self._frame_drawn = True
 
     def _due(self, what: str) -> bool:
         """Whether to redraw `what` now: always in Slow motion (it paces every event), else at most every
