@@ -445,10 +445,12 @@ static void set_token_stage(const bn_engine *e, stage *st, int n_tokens) {
  * in a core's L2 several times over (each core then reads all of them) and each thread gets at least a whole
  * block of tokens for the kernels (TOKEN_SPLIT_MIN_TOKENS). Same sums either way, so the same logits. */
 #define TOKEN_SPLIT_MAX_BYTES (256 * 1024) /* ternary bytes of one layer's matrices */
-#define TOKEN_SPLIT_MIN_TOKENS 4           /* per thread, and per run: a block of 4 rows for the kernels (8 rows on 2
-                                              threads: 0.31 -> 0.19 ms avx512, 0.178 -> 0.166 avx2, with fold_chains) */
-#define TOKEN_SPLIT_ITEMS_PER_THREAD 2     /* runs of tokens per thread (when each still has 4): a late worker delays
-                                              by one */
+#define TOKEN_SPLIT_MIN_TOKENS 2           /* per thread (8 rows on 2 threads: 0.31 -> 0.19 ms avx512, 0.178 -> 0.166
+                                              avx2, with fold_chains; 4-7 rows, split by rows until this was 4: amx
+                                              0.12-0.17 -> 0.095-0.136 ms; 1 token per thread made 2 rows slower) */
+#define TOKEN_SPLIT_BLOCK 4                /* the kernels' block of rows: runs are whole blocks when there are enough */
+#define TOKEN_SPLIT_ITEMS_PER_THREAD 2     /* runs of tokens per thread (when each still has a block): a late worker
+                                              delays by one */
 
 static int token_split(const bn_engine *e, int T) {
     const int n = bn_pool_size(e->pool);
@@ -456,11 +458,13 @@ static int token_split(const bn_engine *e, int T) {
     return n > 1 && layer_bytes <= TOKEN_SPLIT_MAX_BYTES && T >= n * TOKEN_SPLIT_MIN_TOKENS;
 }
 
-/* Tokens per run of a token_split batch of T: the item of its matrix stages and of its chains (fold_chains). */
+/* Tokens per run of a token_split batch of T: the item of its matrix stages and of its chains (fold_chains). Runs
+ * of whole blocks, TOKEN_SPLIT_ITEMS_PER_THREAD per thread, when every run gets one; else one run per thread, as
+ * even as T allows (12 tokens on 2 threads: 6 + 6, where runs of 4 gave one thread 8 and the other 4). */
 static int token_run(const bn_engine *e, int T) {
-    const int n_items = bn_pool_size(e->pool) * TOKEN_SPLIT_ITEMS_PER_THREAD;
-    const int per = (T + n_items - 1) / n_items;
-    return per < TOKEN_SPLIT_MIN_TOKENS ? TOKEN_SPLIT_MIN_TOKENS : per; /* whole token blocks for the kernels */
+    const int n = bn_pool_size(e->pool), n_items = n * TOKEN_SPLIT_ITEMS_PER_THREAD;
+    if (T < n_items * TOKEN_SPLIT_BLOCK) return (T + n - 1) / n;
+    return (T + n_items - 1) / n_items;
 }
 
 static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
