@@ -136,7 +136,7 @@ def write_model(model, tok, cfg, out: str, attention: str = "block") -> None:
 
 
 def export(model, tok, cfg, a, hist, elapsed, step) -> None:
-    write_model(model, tok, cfg, a.out, getattr(a, "attention", "block"))
+    write_model(model, tok, cfg, a.out, a.attention)
     write_json(os.path.join(a.work, "train_metrics.json"),
                {"hist": hist, "elapsed_s": round(elapsed), "steps_done": step, "args": vars(a),
                 "config": cfg.to_dict()})

@@ -193,9 +193,9 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
     hr = h[-1]  # the segment AR reads (under causal attention the same as hc)
     # token shift: hidden at i-1 predicts token i (slot 0 of a block is never masked, so i-1 is in the block)
     last = torch.arange(B - 1, L - 1, B)  # last slot of each block but the final one
-    commit = maskable[:, last + 1]  # the next block starts with an assistant token: the commit forward predicts it
-    if causal:
-        commit = torch.zeros_like(commit)  # there it is the AR prediction, already in the AR loss
+    # the next block starts with an assistant token: the commit forward predicts it (causal: that is the AR
+    # prediction, already in the AR loss)
+    commit = maskable[:, last + 1] & (not causal)
     rows = torch.cat([ha[:, :-1][ma[:, 1:]], hb[:, :-1][mb[:, 1:]], hc[:, last][commit]])
     tgts = torch.cat([xn[:, 1:][ma[:, 1:]], xn[:, 1:][mb[:, 1:]], x[:, last + 1][commit]])
     wd = torch.cat([wn[:, 1:][ma[:, 1:]], wn[:, 1:][mb[:, 1:]], w[:, last + 1][commit]])

@@ -103,10 +103,15 @@ class _Run:
         logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
                                      block_size=self.B, kv_end=kv_end, rows=rows)
         self.engine_s += time.perf_counter() - t
-        if commit and self.kv_ids is not None:
+        if commit:
+            self.record_committed(start, tokens)
+        return logits
+
+    def record_committed(self, start, tokens) -> None:
+        """kv_ids (the caller's record of the cache) now holds `tokens` from `start` on."""
+        if self.kv_ids is not None:
             del self.kv_ids[start:]
             self.kv_ids.extend(tokens)
-        return logits
 
     def sample_one(self, logits_row) -> int:
         return int(self.sampler(logits_row, self.reply.context)[0])
@@ -166,9 +171,7 @@ class _Run:
         keep = min(self.fresh, len(block) - 1) if self.causal else 0
         if keep:
             self.engine.keep_scratch(block_start + keep)
-            if self.kv_ids is not None:
-                del self.kv_ids[block_start:]
-                self.kv_ids.extend(block[:keep])
+            self.record_committed(block_start, block[:keep])
         self.fresh = 0
         return self.forward(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
 
