@@ -64,13 +64,17 @@ static void build_vnni_tables(void) {
 #endif
 }
 /* The AVX-512 table: kernels_avx512.c's entries, and AVX2's fused steps where it has none of its own (multi-row
- * attention, the greedy confidence, silu): a 256-bit kernel beats forward.c's generic loop on these CPUs too. */
+ * attention, the greedy confidence, the sampler's exponentials, silu): a 256-bit kernel beats forward.c's generic
+ * loop on these CPUs too. */
 static bn_kernels avx512_table;
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 static void build_avx512_table(void) {
     avx512_table = bn_kernels_avx512;
     if (!avx512_table.attend_rows) avx512_table.attend_rows = bn_kernels_avx2.attend_rows;
     if (!avx512_table.max_expsum) avx512_table.max_expsum = bn_kernels_avx2.max_expsum;
+    if (!avx512_table.exp_shifted) avx512_table.exp_shifted = bn_kernels_avx2.exp_shifted;
+    if (!avx512_table.scale_row) avx512_table.scale_row = bn_kernels_avx2.scale_row;
+    if (!avx512_table.next_at_least) avx512_table.next_at_least = bn_kernels_avx2.next_at_least;
     if (!avx512_table.silu_mul) avx512_table.silu_mul = bn_kernels_avx2.silu_mul;
 }
 static const bn_kernels *avx512(void) {

@@ -205,10 +205,13 @@ cdef extern from "kernels.h":
         void (*to_f16)(const float *x, uint16_t *h, int n) nogil
         float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
         void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
+        double (*exp_shifted)(const double *z, double top, double *w, int n) nogil
+        double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) nogil
+        int (*next_at_least)(const double *w, int n, double t, int from_) nogil
     const bn_kernels *bn_select_kernels(const char *force)
     void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs) nogil
-    int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, double top_p, const double *u,
-                       int64_t *ids, double *probs) nogil
+    int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
+                       const double *u, int64_t *ids, double *probs) nogil
 
 
 cdef const bn_kernels *_kernels(str isa) except NULL:
@@ -320,11 +323,25 @@ def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x):
     return ids, probs
 
 
-def sample_rows(cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
+def exp_shifted(str isa, cnp.ndarray[double, ndim=1, mode="c"] z, double top):
+    """(exp(z - top), their sum) (float64) with the kernel path `isa`'s vector exponential; None where it has none
+    (sample.c then uses libm's)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    if k.exp_shifted == NULL:
+        return None
+    cdef cnp.ndarray[double, ndim=1, mode="c"] w = np.empty_like(z)
+    cdef double total
+    with nogil:
+        total = k.exp_shifted(<const double *>z.data, top, <double *>w.data, z.shape[0])
+    return w, total
+
+
+def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
                 cnp.ndarray[double, ndim=1, mode="c"] u):
     """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with the
-    uniforms u (R,): ids (R,) int64 and their probabilities (R,) float64 (sample.c; decode/sampling.py
-    Sampler._draw is the numpy reference). x is left alone."""
+    uniforms u (R,): ids (R,) int64 and their probabilities (R,) float64, with the kernel path `isa` (sample.c;
+    decode/sampling.py Sampler._draw is the numpy reference). x is left alone."""
+    cdef const bn_kernels *k = _kernels(isa)
     cdef int R = x.shape[0], V = x.shape[1], rc = 0
     cdef cnp.ndarray ids, probs
     ids, probs = _id_prob_rows(R, V)
@@ -334,7 +351,7 @@ def sample_rows(cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int 
         raise ValueError("temperature must be > 0 and top_p in (0, 1]")
     if R:
         with nogil:
-            rc = bn_sample_rows(<const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
+            rc = bn_sample_rows(k, <const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
                                 <int64_t *>ids.data, <double *>probs.data)
     if rc:
         raise MemoryError("out of memory sampling the logits")

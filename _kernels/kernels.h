@@ -61,6 +61,14 @@ typedef struct {
      * exponential's floor of ~1e-38).
      * NULL: greedy.c's plain loop. */
     double (*max_expsum)(const float *x, int n, int *arg);
+    /* w[i] = exp(z[i] - top) (n doubles, z[i] <= top) within ~1 ulp of libm's exp, for the sampler's weights;
+     * returns their sum (in any order). NULL: sample.c's libm loop. */
+    double (*exp_shifted)(const double *z, double top, double *w, int n);
+    /* The sampler's first pass over a row: z[i] = x[i] * inv_t (double); returns the largest z (NaN entries
+     * ignored; -inf if none) and counts the z that are -inf and those that are NaN or +inf. NULL: sample.c's loop. */
+    double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad);
+    /* The first index j >= from with w[j] >= t (n if none). NULL: sample.c's loop. */
+    int (*next_at_least)(const double *w, int n, double t, int from);
 } bn_kernels;
 
 /* attend_rows works through the keys in tiles of BN_ATTN_KEY_TILE, each converted once to float32 for all the
@@ -116,8 +124,9 @@ void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *
 
 /* sample.c: per row of x (R, V), one draw after temperature (> 0), top-k (0: off) and top-p (1: off) with the
  * uniform u[r] in [0, 1): the id and its probability under the final distribution (decode/sampling.py Sampler._draw
- * is the reference). Returns -1 when out of memory (nothing written), else 0. */
-int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, double top_p, const double *u,
-                   int64_t *ids, double *probs);
+ * is the reference), the weights through k->exp_shifted when the table has it. Returns -1 when out of memory
+ * (nothing written), else 0. */
+int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
+                   const double *u, int64_t *ids, double *probs);
 
 #endif

@@ -38,11 +38,27 @@ static inline uint32_t descending_key(float x) {
     return ~b;
 }
 
-/* Sorts ids[0, n) by key (ascending), stably: one pass counts all four 8-bit digits, then one scatter pass per
+#define SMALL_SORT 32 /* up to this many keys, an insertion sort */
+
+/* Sorts ids[0, n) by key (ascending), stably (SMALL_SORT keys or fewer: by insertion): one pass counts all four 8-bit digits, then one scatter pass per
  * digit (skipped when every key has the same digit); ids travel with their keys through the spare arrays. Stable,
  * so ids that came in ascending order stay so among equal keys: x descending, ties by the lower id, as numpy's
  * stable argsort of -z. */
 static void radix_sort(uint32_t *key, int *ids, uint32_t *key2, int *ids2, int n) {
+    if (n <= SMALL_SORT) { /* insertion: stable too, and no count arrays to clear */
+        for (int i = 1; i < n; i++) {
+            const uint32_t kv = key[i];
+            const int id = ids[i];
+            int j = i;
+            for (; j > 0 && key[j - 1] > kv; j--) {
+                key[j] = key[j - 1];
+                ids[j] = ids[j - 1];
+            }
+            key[j] = kv;
+            ids[j] = id;
+        }
+        return;
+    }
     int count[4][257] = {{0}};
     for (int i = 0; i < n; i++)
         for (int d = 0; d < 4; d++) count[d][((key[i] >> (8 * d)) & 255) + 1]++;
@@ -132,13 +148,79 @@ typedef struct {
     uint8_t *bin;  /* (V,) exponent bin of each pool weight; then 1 for each kept id (by id) */
     uint32_t *key, *key2; /* (V,) the candidates' sort keys */
     int *cand, *cand2;    /* (V,) the candidates' ids */
+    size_t V;
 } scratch;
+
+/* sum of w[0, n) in four chains (one would wait for each add before the next: ~4 cycles a weight) */
+static double sum4(const double *w, int n) {
+    double a[4] = {0.0, 0.0, 0.0, 0.0};
+    int j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int c = 0; c < 4; c++) a[c] += w[j + c];
+    for (; j < n; j++) a[j & 3] += w[j];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+/* The first bin b < bins at which the mass of bins 0..b reaches goal, or bins if none does. */
+static int reach(double mass4[4][EXPONENT_BINS], int bins, double goal) {
+    double mass = 0.0;
+    for (int b = 0; b < bins; b++) {
+        mass += (mass4[0][b] + mass4[1][b]) + (mass4[2][b] + mass4[3][b]);
+        if (mass >= goal) return b;
+    }
+    return bins;
+}
+
+static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, double top_p, double total, int zeros);
+
+/* s->w[j] = exp(z[pool[j]] - top) for the n ids of the pool, returning their sum: through the table's vector
+ * exponential (the pool gathered into s->tmp unless it is every id in order), else libm's and sum4, the reference.
+ * top = -inf (every entry -inf): numpy's nan, here uniform weights. */
+static double pool_weights(const bn_kernels *k, scratch *s, int n, double top) {
+    if (!isfinite(top)) {
+        for (int j = 0; j < n; j++) s->w[j] = 1.0;
+        return n;
+    }
+    const double *z = s->z;
+    if (n < (int)s->V) { /* tmp is free again: the top-k selection is done */
+        for (int j = 0; j < n; j++) s->tmp[j] = z[s->pool[j]];
+        z = s->tmp;
+    }
+    if (k->exp_shifted) return k->exp_shifted(z, top, s->w, n);
+    for (int j = 0; j < n; j++) s->w[j] = exp(z[j] - top);
+    return sum4(s->w, n);
+}
+
+/* z = x * inv_t (double) for one row; returns z's largest entry (NaN ignored), counts the -inf entries and those that
+ * are NaN or +inf (the reference of the table's scale_row). */
+static double scale_row_ref(const float *x, int V, double inv_t, double *z, int *n_neginf, int *n_bad) {
+    double top = -INFINITY;
+    int neg = 0, bad = 0;
+    for (int i = 0; i < V; i++) {
+        const double v = (double)x[i] * inv_t;
+        z[i] = v;
+        top = v > top ? v : top;
+        neg += v == -INFINITY;
+        bad += !(v - v == 0.0) && v != -INFINITY; /* v - v is NaN for NaN and +-inf */
+    }
+    *n_neginf = neg;
+    *n_bad = bad;
+    return top;
+}
+
+/* The first j >= from with w[j] >= t, or n (the reference of the table's next_at_least). */
+static int next_at_least_ref(const double *w, int n, double t, int from) {
+    int j = from;
+    while (j < n && !(w[j] >= t)) j++;
+    return j;
+}
 
 /* The kept ids of one row (ascending) into s->kept with their weights in s->w (indexed like kept); returns how
  * many. x is the row, s->z its z; top is z's largest entry (in every pool), n_finite how many of them are finite. */
-static int keep_ids(scratch *s, const float *x, int V, int top_k, double top_p, double top, int n_finite) {
+static int keep_ids(const bn_kernels *k, scratch *s, const float *x, int V, int top_k, double top_p, double top,
+                    int n_finite, int n_neginf) {
     const double *z = s->z;
-    int n = 0;
+    int n = 0, zeros = 0; /* zeros: the pool is every id, its -inf ones (banned ids) in it with weight 0 */
     if (top_k > 0 && top_k <= SMALL_TOP_K && top_k < V) { /* the k-th largest x (same order and ties as z) */
         const float kth = kth_largest(x, V, top_k, (float *)s->tmp);
         for (int i = 0; i < V; i++)
@@ -148,94 +230,115 @@ static int keep_ids(scratch *s, const float *x, int V, int top_k, double top_p, 
         const double kth = select_rank(s->tmp, V, V - top_k);
         for (int i = 0; i < V; i++)
             if (z[i] >= kth) s->pool[n++] = i;
-    } else {
+    } else if (n_finite > 0 && n_finite + n_neginf < V) { /* NaN or +inf too: every finite id, in one pass */
+        for (int i = 0; i < V; i++)
+            if (isfinite(z[i])) s->pool[n++] = i;
+    } else { /* every id (numpy keeps the pool when none is finite) */
         for (int i = 0; i < V; i++) s->pool[n++] = i;
+        zeros = n_finite > 0 && n_neginf > 0; /* they add 0 to every sum; they leave the kept ids below */
     }
-    int finite = n_finite;
-    if (n < V) {
-        finite = 0;
+    if (top_k > 0 && top_k < V) { /* the top-k pool without its non-finite ids, unless it has only those */
+        int finite = 0;
         for (int j = 0; j < n; j++) finite += isfinite(z[s->pool[j]]) != 0;
-    }
-    if (finite > 0 && finite < n) {
-        int m = 0;
-        for (int j = 0; j < n; j++)
-            if (isfinite(z[s->pool[j]])) s->pool[m++] = s->pool[j];
-        n = m;
-        if (top == INFINITY) { /* the +inf entry left the pool (the usual leavers, banned ids, are -inf) */
-            top = -INFINITY;
-            for (int j = 0; j < n; j++) top = z[s->pool[j]] > top ? z[s->pool[j]] : top;
+        if (finite > 0 && finite < n) {
+            int m = 0;
+            for (int j = 0; j < n; j++)
+                if (isfinite(z[s->pool[j]])) s->pool[m++] = s->pool[j];
+            n = m;
         }
     }
-    double total = 0.0;
-    for (int j = 0; j < n; j++) {
-        s->w[j] = isfinite(top) ? exp(z[s->pool[j]] - top) : 1.0; /* all -inf: numpy's nan, here uniform */
-        total += s->w[j];
+    if (top == INFINITY && n < V) { /* the +inf entry left the pool */
+        top = -INFINITY;
+        for (int j = 0; j < n; j++) top = z[s->pool[j]] > top ? z[s->pool[j]] : top;
     }
-    if (top_p >= 1.0) {
-        memcpy(s->kept, s->pool, sizeof(int) * (size_t)n);
-        return n;
-    }
-    /* the bins, heaviest weights first, until their mass reaches top_p, with a margin far above the rounding of
-     * sums in another order (numpy's cumsum over these ids ends within ~1e-13 of this mass), so every id outside
-     * them has at least top_p before it in numpy's order too */
-    double mass4[4][EXPONENT_BINS] = {{0}}, bin_mass[EXPONENT_BINS]; /* four copies: consecutive weights mostly
-                                                                          share a bin, and one copy would make each
-                                                                          sum wait for the one before */
-    for (int j = 0; j < n; j++) {
-        s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
-        mass4[j & 3][s->bin[j]] += s->w[j];
-    }
-    for (int b = 0; b < EXPONENT_BINS; b++) bin_mass[b] = (mass4[0][b] + mass4[1][b]) + (mass4[2][b] + mass4[3][b]);
-    int last = 0;
-    for (double mass = 0.0; last < EXPONENT_BINS; last++) {
-        mass += bin_mass[last];
-        if (mass >= top_p * total * (1.0 + 1e-12)) break;
-    }
-    last = last < EXPONENT_BINS ? last : EXPONENT_BINS - 1;
-    int c = 0;
-    for (int j = 0; j < n; j++)
-        if (s->bin[j] <= last) {
-            s->key[c] = descending_key(x[s->pool[j]]);
-            s->cand[c++] = j; /* its place in the pool (and in w) */
-        }
-    radix_sort(s->key, s->cand, s->key2, s->cand2, c);
-    uint8_t *keep = s->bin; /* now by place in the pool: 1 = kept */
-    memset(keep, 0, (size_t)n);
-    double running = 0.0;
-    for (int j = 0; j < c; j++) {
-        const double p = s->w[s->cand[j]] / total;
-        running += p;
-        if (running - p < top_p) keep[s->cand[j]] = 1; /* the mass before it, as numpy's cumsum - p */
-    }
+    const double total = pool_weights(k, s, n, top);
+    if (top_p < 1.0) return nucleus(k, s, x, n, top_p, total, zeros);
     int m = 0;
-    for (int j = 0; j < n; j++) /* the pool is in id order; m <= j, so w is read before it is overwritten */
-        if (keep[j]) {
+    for (int j = 0; j < n; j++) /* m <= j: w[j] is read before it is overwritten */
+        if (!zeros || z[s->pool[j]] != -INFINITY) {
             s->kept[m] = s->pool[j];
             s->w[m++] = s->w[j];
         }
     return m;
 }
 
-int bn_sample_rows(const float *x, int R, int V, double temperature, int top_k, double top_p, const double *u,
-                   int64_t *ids, double *probs) {
+/* The nucleus of the pool's n weights s->w (sum total): its ids (ascending) into s->kept, their weights into s->w;
+ * returns how many. zeros: the pool's -inf ids have weight 0 and are never kept.
+ * The weights are binned by binary exponent, and only the ids of the bins, heaviest first, whose mass reaches
+ * top_p (with a margin far above the rounding of sums in another order: numpy's cumsum over these ids ends within
+ * ~1e-13 of this mass) are candidates, sorted, and cut as numpy cuts them: every id outside them has at least top_p
+ * before it in numpy's order too. Bins below HEAVY_BINS are filled only when the heavy ones fall short (a trained
+ * model's rows put ~90% of the mass on a few ids, so most weights are only compared with 2^-HEAVY_BINS). */
+#define HEAVY_BINS 16
+static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, double top_p, double total,
+                   int zeros) {
+    const double heavy = 1.0 / (double)(1 << HEAVY_BINS), goal = top_p * total * (1.0 + 1e-12);
+    double mass4[4][EXPONENT_BINS] = {{0}}; /* four copies: consecutive weights mostly share a bin, and one copy
+                                               would make each sum wait for the one before */
+    int *places = s->kept; /* the places in the pool of the candidates, ascending (kept is written last) */
+    int n_heavy = 0;
+    int (*next)(const double *, int, double, int) = k->next_at_least ? k->next_at_least : next_at_least_ref;
+    for (int j = next(s->w, n, heavy, 0); j < n; j = next(s->w, n, heavy, j + 1)) {
+        s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
+        mass4[j & 3][s->bin[j]] += s->w[j];
+        places[n_heavy++] = j;
+    }
+    int last = reach(mass4, HEAVY_BINS, goal);
+    int c = n_heavy;
+    if (last >= HEAVY_BINS) { /* the light weights too: every bin */
+        for (int j = 0; j < n; j++)
+            if (zeros && s->z[s->pool[j]] == -INFINITY) {
+                s->bin[j] = UINT8_MAX; /* never a candidate: numpy's pool has no -inf id */
+            } else if (!(s->w[j] >= heavy)) {
+                s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
+                mass4[j & 3][s->bin[j]] += s->w[j];
+            }
+        last = reach(mass4, EXPONENT_BINS, goal);
+        c = 0;
+        for (int j = 0; j < n; j++)
+            if (s->bin[j] <= last) places[c++] = j;
+    }
+    int n_cand = 0;
+    for (int i = 0; i < c; i++)
+        if (s->bin[places[i]] <= last) {
+            places[n_cand] = places[i];
+            s->key[n_cand] = descending_key(x[s->pool[places[i]]]);
+            s->cand[n_cand++] = places[i];
+        }
+    radix_sort(s->key, s->cand, s->key2, s->cand2, n_cand); /* by x descending, ties by the lower id */
+    uint8_t *keep = s->bin; /* now by place in the pool: 1 = kept */
+    for (int i = 0; i < n_cand; i++) keep[places[i]] = 0;
+    double running = 0.0;
+    for (int i = 0; i < n_cand; i++) {
+        const double p = s->w[s->cand[i]] / total;
+        running += p;
+        if (running - p < top_p) keep[s->cand[i]] = 1; /* the mass before it, as numpy's cumsum - p */
+    }
+    int m = 0;
+    for (int i = 0; i < n_cand; i++) { /* places ascend and m <= i <= places[i]: each entry is read before it is
+                                          overwritten */
+        const int j = places[i];
+        if (keep[j]) {
+            s->kept[m] = s->pool[j];
+            s->w[m++] = s->w[j];
+        }
+    }
+    return m;
+}
+
+int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
+                   const double *u, int64_t *ids, double *probs) {
     const size_t n = (size_t)V;
     scratch s = {malloc(sizeof(double) * n), malloc(sizeof(double) * n), malloc(sizeof(double) * n),
                  malloc(sizeof(int) * n), malloc(sizeof(int) * n), malloc(n), malloc(sizeof(uint32_t) * n),
-                 malloc(sizeof(uint32_t) * n), malloc(sizeof(int) * n), malloc(sizeof(int) * n)};
+                 malloc(sizeof(uint32_t) * n), malloc(sizeof(int) * n), malloc(sizeof(int) * n), n};
     const int ok = s.z && s.w && s.tmp && s.pool && s.kept && s.bin && s.key && s.key2 && s.cand && s.cand2;
     for (int r = 0; ok && r < R; r++) {
         const float *row = x + (size_t)r * V;
         const double inv_t = 1.0 / temperature; /* a product, not numpy's quotient: at most 1 ulp apart, 3x faster */
-        double top4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}; /* four chains: a max waits for the last */
-        int n_finite = 0;
-        for (int i = 0; i < V; i++) {
-            const double z = (double)row[i] * inv_t;
-            s.z[i] = z;
-            top4[i & 3] = z > top4[i & 3] ? z : top4[i & 3];
-            n_finite += isfinite(z) != 0;
-        }
-        const double top = fmax(fmax(top4[0], top4[1]), fmax(top4[2], top4[3]));
-        const int m = keep_ids(&s, row, V, top_k, top_p, top, n_finite);
+        int n_neginf = 0, n_bad = 0;
+        const double top = (k->scale_row ? k->scale_row : scale_row_ref)(row, V, inv_t, s.z, &n_neginf, &n_bad);
+        const int m = keep_ids(k, &s, row, V, top_k, top_p, top, V - n_neginf - n_bad, n_neginf);
         if (m == 0) { /* only NaN logits make every comparison false: take the largest z (or id 0), never crash */
             int best = 0;
             for (int i = 1; i < V; i++) best = s.z[i] > s.z[best] ? i : best;

@@ -4,13 +4,14 @@ import numpy as np
 import pytest
 
 from bitnet_app import _engine
+from test_kernels import PATHS
 from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
                                  top_k_filter, top_p_filter)
 
 
-def c_draws(rows, temperature, top_k, top_p, uniforms):
-    """The engine's draw (_kernels/sample.c), as Engine.sample_rows calls it."""
-    return _engine.sample_rows(np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
+def c_draws(rows, temperature, top_k, top_p, uniforms, isa=""):
+    """The engine's draw (_kernels/sample.c), as Engine.sample_rows calls it (isa "": this CPU's kernel path)."""
+    return _engine.sample_rows(isa, np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
                                float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64))
 
 
@@ -136,14 +137,15 @@ def test_fast_draw_equals_a_draw_from_the_full_distribution(spread, top_k, top_p
         assert toks[r] != 3
 
 
+@pytest.mark.parametrize("isa", PATHS)
 @pytest.mark.parametrize("vocab", [1, 2, 7, 300, 4096, 20000])
 @pytest.mark.parametrize("temperature,top_k,top_p", [(0.7, 0, 0.9), (1.0, 0, 1.0), (0.5, 40, 1.0), (1.3, 5, 0.5),
                                                      (0.7, 0, 0.999), (2.0, 3000, 0.95), (0.7, 1, 0.9),
                                                      (0.05, 0, 0.9)])
-def test_the_c_draw_is_the_numpy_draw(vocab, temperature, top_k, top_p):
+def test_the_c_draw_is_the_numpy_draw(vocab, temperature, top_k, top_p, isa):
     """_kernels/sample.c against Sampler._draw, the numpy reference, with the same uniforms: the same id every time
-    and its probability to ~1e-13 (the sums run in another order), on flat, tied (rounded), peaked and very
-    peaked rows with a banned (-inf) id."""
+    and its probability to ~1e-13 (the sums run in another order; the SIMD paths' exponential is within an ulp of
+    libm's), on flat, tied (rounded), peaked and very peaked rows with a banned (-inf) id, on every kernel path."""
     rng = np.random.default_rng(vocab)
     for spread in (0.3, 3.0, 12.0, 60.0):
         x = (rng.standard_normal((20, vocab)) * spread).astype(np.float32)
@@ -154,7 +156,7 @@ def test_the_c_draw_is_the_numpy_draw(vocab, temperature, top_k, top_p):
         u = np.random.default_rng(9).random(len(x))
         ref = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=9)  # draws the same uniforms
         want = [ref._draw(row.astype(np.float64) / temperature) for row in x]
-        ids, probs = c_draws(x, temperature, top_k, top_p, u)
+        ids, probs = c_draws(x, temperature, top_k, top_p, u, isa)
         assert ids.tolist() == [i for i, _ in want], spread
         np.testing.assert_allclose(probs, [p for _, p in want], rtol=1e-12, atol=0)
 
@@ -183,21 +185,69 @@ def test_the_c_draw_rejects_impossible_settings():
             c_draws(x, *args)
 
 
-def test_nan_logits_give_an_id_not_a_crash():
+@pytest.mark.parametrize("isa", PATHS)
+def test_nan_logits_give_an_id_not_a_crash(isa):
     """Logits that are all NaN (a broken model) leave nothing to keep; the C draw still returns an id in range."""
     x = np.full((3, 50), np.nan, dtype=np.float32)
     x[1, 7] = 2.0  # one finite entry among NaNs
     for top_k, top_p in ((0, 0.9), (5, 1.0), (0, 1.0)):
-        ids, probs = c_draws(x, 0.7, top_k, top_p, np.full(3, 0.5))
+        ids, probs = c_draws(x, 0.7, top_k, top_p, np.full(3, 0.5), isa)
         assert ((ids >= 0) & (ids < 50)).all(), ids
 
 
-def test_an_infinite_logit_is_dropped_as_numpy_drops_it():
-    """+inf is not finite: both draws leave it out of the pool and draw from the rest."""
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("top_p", [0.9, 1.0])
+def test_an_infinite_logit_is_dropped_as_numpy_drops_it(isa, top_p):
+    """+inf is not finite: both draws leave it out of the pool and draw from the rest (with a banned -inf id too)."""
     x = (np.random.default_rng(4).standard_normal((8, 300)) * 2).astype(np.float32)
     x[:, 17] = np.inf
+    x[:, 3] = -np.inf
     u = np.random.default_rng(6).random(len(x))
-    ref = Sampler(temperature=0.8, top_p=0.9, seed=6)
+    ref = Sampler(temperature=0.8, top_p=top_p, seed=6)
     want = [ref._draw(row.astype(np.float64) / 0.8) for row in x]
-    ids, _ = c_draws(x, 0.8, 0, 0.9, u)
+    ids, _ = c_draws(x, 0.8, 0, top_p, u, isa)
     assert ids.tolist() == [i for i, _ in want] and 17 not in ids.tolist()
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_a_banned_id_is_never_drawn_even_by_a_zero_uniform(isa):
+    """The banned (-inf) ids are left out of the pool, as numpy leaves them out, even where the fast path keeps
+    them in place with weight 0: a uniform of 0 draws the first kept id, never a banned one, with and without
+    top-p, on a flat row (the nucleus then needs every bin) and a peaked one."""
+    for spread in (0.0, 0.01, 5.0):
+        x = (np.random.default_rng(3).standard_normal((2, 64)) * spread).astype(np.float32)
+        x[:, [0, 1, 40]] = -np.inf
+        for top_p in (0.5, 0.999999, 1.0):
+            ref = Sampler(temperature=1.0, top_p=top_p, seed=0)
+            ref.rng = type("Zero", (), {"random": staticmethod(lambda: 0.0)})()  # _draw's uniform: 0
+            want = [ref._draw(row.astype(np.float64)) for row in x]
+            ids, probs = c_draws(x, 1.0, 0, top_p, np.zeros(2), isa)
+            assert ids.tolist() == [i for i, _ in want], (spread, top_p)
+            assert not set(ids.tolist()) & {0, 1, 40}
+            np.testing.assert_allclose(probs, [p for _, p in want], rtol=1e-12)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_the_vector_exponential_is_within_an_ulp_of_libm(isa):
+    """exp(z - top) for the sampler's weights: within 1 ulp of libm's over the whole range a draw sees (down to
+    -745, where exp leaves the normal range and then underflows to 0), with -inf (banned ids) exactly 0 and NaN
+    NaN, wherever they fall among the vector groups (also more of those groups than the kernel notes one by one);
+    and their sum."""
+    import math
+    got = _engine.exp_shifted(isa, np.zeros(1), 0.0)
+    if got is None:  # the portable path has no vector exponential: sample.c calls libm
+        assert isa == "portable"
+        return
+    rng = np.random.default_rng(0)
+    z = np.concatenate([rng.uniform(-40, 0, 5000), rng.uniform(-760, 0, 3000),
+                        [-708.0, -707.99, -708.01, -745.1, -746.0, -np.inf, 0.0, -1e-300, np.nan, -0.3466, -0.3467]])
+    rng.shuffle(z)
+    z = z + 3.5  # top = 3.5: the kernel subtracts it
+    want = np.array([math.exp(v - 3.5) if not math.isnan(v) else np.nan for v in z])
+    w, total = _engine.exp_shifted(isa, z, 3.5)
+    normal = want > 0
+    assert np.all(np.abs(w[normal] - want[normal]) <= np.spacing(want[normal])), isa
+    np.testing.assert_array_equal(w[~normal], want[~normal])  # 0 for -inf and below -745, NaN for NaN
+    finite = ~np.isnan(z)
+    w2, total2 = _engine.exp_shifted(isa, z[finite], 3.5)
+    assert total2 == pytest.approx(math.fsum(want[finite]), rel=1e-14)

@@ -107,8 +107,8 @@ class Engine:
         """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with
         the uniforms (R,) in [0, 1): ids (R,) int64 and their probabilities (R,) float64 (_kernels/sample.c;
         decode/sampling.py Sampler._draw is the numpy reference; rows are left alone)."""
-        return self._sample(np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
-                                   float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64))
+        return self._sample(self.isa, np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
+                            float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64))
 
     def forward(self, tokens, *, start: int | None = None, commit: bool = True, attention: str = "causal",
                 block_size: int = 0, kv_end: int | None = None, rows=None) -> np.ndarray:
