@@ -71,7 +71,8 @@ static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 static void build_avx512_table(void) {
     avx512_table = bn_kernels_avx512;
     if (!avx512_table.attend_rows) avx512_table.attend_rows = bn_kernels_avx2.attend_rows;
-    if (!avx512_table.max_expsum) avx512_table.max_expsum = bn_kernels_avx2.max_expsum;
+    if (!avx512_table.max_first) avx512_table.max_first = bn_kernels_avx2.max_first;
+    if (!avx512_table.expsum) avx512_table.expsum = bn_kernels_avx2.expsum;
     if (!avx512_table.exp_shifted) avx512_table.exp_shifted = bn_kernels_avx2.exp_shifted;
     if (!avx512_table.scale_row) avx512_table.scale_row = bn_kernels_avx2.scale_row;
     if (!avx512_table.next_at_least) avx512_table.next_at_least = bn_kernels_avx2.next_at_least;

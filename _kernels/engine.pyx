@@ -209,7 +209,8 @@ cdef extern from "kernels.h":
         double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) nogil
         int (*next_at_least)(const double *w, int n, double t, int from_) nogil
     const bn_kernels *bn_select_kernels(const char *force)
-    void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs) nogil
+    void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
+                        int64_t *ids, double *probs) nogil
     int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
                        const double *u, int64_t *ids, double *probs) nogil
 
@@ -310,16 +311,21 @@ cdef tuple _id_prob_rows(int R, int V):
     return np.empty(R, dtype=np.int64), np.empty(R, dtype=np.float64)
 
 
-def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x):
+def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
     """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64, with the
-    kernel path `isa` (greedy.c; decode/sampling.py greedy_rows is the numpy reference). x is left alone."""
+    kernel path `isa` and the ids `banned` (ascending, distinct, in [0, V)) taken as -inf (greedy.c;
+    decode/sampling.py greedy_rows is the numpy reference). x is left alone."""
     cdef const bn_kernels *k = _kernels(isa)
-    cdef int R = x.shape[0], V = x.shape[1]
+    cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0], i
     cdef cnp.ndarray ids, probs
     ids, probs = _id_prob_rows(R, V)
+    for i in range(nb):
+        if not 0 <= banned[i] < V or (i and banned[i] <= banned[i - 1]):
+            raise ValueError(f"banned ids must be distinct, ascending and in [0, {V}); got {banned.tolist()}")
     if R:
         with nogil:
-            bn_greedy_rows(k, <const float *>x.data, R, V, <int64_t *>ids.data, <double *>probs.data)
+            bn_greedy_rows(k, <const float *>x.data, R, V, <const int32_t *>banned.data, nb, <int64_t *>ids.data,
+                           <double *>probs.data)
     return ids, probs
 
 

@@ -2,29 +2,51 @@
  * greedy_rows states the same maths in numpy and is the reference the tests compare with):
  *   ids[r]   = index of the largest logit of row r (the first one on ties, as numpy's argmax)
  *   probs[r] = its softmax probability = 1 / sum_i exp(x[r, i] - max), float32 exponentials summed in double
- * x: (R, V) float32 logits, row-major; banned ids are -inf in x already (they add 0 to the sum). */
+ * x: (R, V) float32 logits, row-major, left alone. The banned ids (the mask token) count as -inf: each row is taken
+ * as the runs between them, so nothing is copied. */
 #include <math.h>
 
 #include "kernels.h"
 
-/* The plain loop: the reference, and the path of kernel tables without max_expsum. */
-static double max_expsum_ref(const float *x, int n, int *arg) {
+/* The plain loops: the reference, and the path of kernel tables without max_first / expsum. */
+static float max_first_ref(const float *x, int n, int *arg) {
     int a = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[a]) a = i;
-    const float mx = x[a];
+    *arg = a;
+    return x[a];
+}
+
+static double expsum_ref(const float *x, int n, float mx) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += (double)expf(x[i] - mx);
-    *arg = a;
     return sum;
 }
 
-void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs) {
-    double (*f)(const float *, int, int *) = k->max_expsum ? k->max_expsum : max_expsum_ref;
+void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
+                    int64_t *ids, double *probs) {
+    float (*max_first)(const float *, int, int *) = k->max_first ? k->max_first : max_first_ref;
+    double (*expsum)(const float *, int, float) = k->expsum ? k->expsum : expsum_ref;
     for (int r = 0; r < R; r++) {
-        int arg = 0;
-        const double sum = f(x + (size_t)r * V, V, &arg);
-        ids[r] = arg;
-        probs[r] = 1.0 / sum;
+        const float *row = x + (size_t)r * V;
+        int best = -1;
+        float mx = -INFINITY;
+        for (int b = 0, a = 0; b <= n_banned; a = b < n_banned ? banned[b] + 1 : V, b++) { /* runs [a, end) */
+            const int end = b < n_banned ? banned[b] : V;
+            if (end <= a) continue;
+            int arg;
+            const float m = max_first(row + a, end - a, &arg);
+            if (best < 0 || m > mx) { /* a later run wins only by being larger: the first on ties */
+                mx = m;
+                best = a + arg;
+            }
+        }
+        double sum = 0.0;
+        for (int b = 0, a = 0; b <= n_banned; a = b < n_banned ? banned[b] + 1 : V, b++) {
+            const int end = b < n_banned ? banned[b] : V;
+            if (end > a) sum += expsum(row + a, end - a, mx);
+        }
+        ids[r] = best < 0 ? 0 : best; /* every id banned: id 0, probability NaN (numpy's all -inf row) */
+        probs[r] = best < 0 ? NAN : 1.0 / sum;
     }
 }

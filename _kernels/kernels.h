@@ -56,11 +56,12 @@ typedef struct {
                        int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo);
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
-    /* One logit row (n floats, n >= 1): *arg = index of the largest (the first on ties); returns
-     * sum_i exp(x_i - max) with float32 exponentials summed in double (-inf entries add 0, or the SIMD
-     * exponential's floor of ~1e-38).
-     * NULL: greedy.c's plain loop. */
-    double (*max_expsum)(const float *x, int n, int *arg);
+    /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):
+     * max_first: the largest of x[0, n) (n >= 1) and *arg its first index (NaN entries are never the largest);
+     * expsum: sum_i exp(x_i - mx) with float32 exponentials summed in double (-inf entries add 0, or the SIMD
+     * exponential's floor of ~1e-38). NULL: greedy.c's plain loops. */
+    float (*max_first)(const float *x, int n, int *arg);
+    double (*expsum)(const float *x, int n, float mx);
     /* w[i] = exp(z[i] - top) (n doubles, z[i] <= top) within ~1 ulp of libm's exp, for the sampler's weights;
      * returns their sum (in any order). NULL: sample.c's libm loop. */
     double (*exp_shifted)(const double *z, double top, double *w, int n);
@@ -118,9 +119,11 @@ void bn_amx_int8_matmul(const int8_t *w, int kp, const float *row_scale, const i
  * Returns NULL if the forced path is not supported by the CPU. */
 const bn_kernels *bn_select_kernels(const char *force);
 
-/* greedy.c: per row of x (R, V), the argmax id and its softmax probability (the diffusion step's confidence),
- * through k->max_expsum when the table has it. */
-void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, int64_t *ids, double *probs);
+/* greedy.c: per row of x (R, V), the argmax id and its softmax probability (the diffusion step's confidence) with
+ * the n_banned ids `banned` (ascending, distinct, in [0, V)) left out, as if they were -inf; through the table's
+ * max_first and expsum when it has them. */
+void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
+                    int64_t *ids, double *probs);
 
 /* sample.c: per row of x (R, V), one draw after temperature (> 0), top-k (0: off) and top-p (1: off) with the
  * uniform u[r] in [0, 1): the id and its probability under the final distribution (decode/sampling.py Sampler._draw

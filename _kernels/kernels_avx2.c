@@ -643,33 +643,57 @@ static void silu_mul(const float *g, const float *u, float *out, int n) {
     }
 }
 
-/* The greedy confidence of one logit row (kernels.h): max and its first index, then the exponentials in
- * float32 (exp_nonpos, as the attention's softmax) summed in double, 8 at a time. */
-static double max_expsum(const float *x, int n, int *arg) {
-    const float mx = row_max(x, n);
-    const __m256 vmx = _mm256_set1_ps(mx);
-    float buf[8];
-    int i, a = -1;
-    for (i = 0; i + 8 <= n && a < 0; i += 8) {
-        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vmx, _CMP_EQ_OQ));
-        if (hit) a = i + __builtin_ctz((unsigned)hit);
+/* The greedy confidence (kernels.h): the largest of a row in four running maxima, then its first index; the
+ * float32 exponentials (exp_nonpos, as the attention's softmax) summed in double, sixteen at a time in four sums. */
+static float max_first(const float *x, int n, int *arg) {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0); /* a NaN entry keeps the running max */
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
     }
-    for (; a < 0 && i < n; i++)
-        if (x[i] == mx) a = i;
-    *arg = a < 0 ? 0 : a;
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (i = 0; i + 8 <= n; i += 8) {
-        const __m256 e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    float lanes[8], mx = -INFINITY;
+    _mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    for (int j = 0; j < 8; j++) mx = lanes[j] > mx ? lanes[j] : mx;
+    for (int j = i; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    const __m256 vmx = _mm256_set1_ps(mx);
+    int a = 0;
+    for (i = 0; i + 8 <= n; i += 8) { /* the first index holding the max */
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vmx, _CMP_EQ_OQ));
+        if (hit) {
+            *arg = i + __builtin_ctz((unsigned)hit);
+            return mx;
+        }
+    }
+    for (a = i; a < n && !(x[a] == mx); a++) {}
+    *arg = a < n ? a : 0; /* none equal: every entry NaN */
+    return a < n ? mx : x[0];
+}
+
+static inline __m256d exps_to_double(__m256d s, __m128 e) { return _mm256_add_pd(s, _mm256_cvtps_pd(e)); }
+
+static double expsum(const float *x, int n, float mx) {
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 e0 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
+        const __m256 e1 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vmx));
+        s0 = exps_to_double(s0, _mm256_castps256_ps128(e0));
+        s1 = exps_to_double(s1, _mm256_extractf128_ps(e0, 1));
+        s2 = exps_to_double(s2, _mm256_castps256_ps128(e1));
+        s3 = exps_to_double(s3, _mm256_extractf128_ps(e1, 1));
     }
     double lanes[4];
-    _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
+    _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
     double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    if (i < n) { /* the tail through one padded vector, so every entry goes through the same exp */
-        for (int j = 0; j < 8; j++) buf[j] = i + j < n ? x[i + j] - mx : 0.0f;
+    for (; i < n; i += 8) { /* the tail through padded vectors, so every entry goes through the same exp */
+        float buf[8];
+        for (int j = 0; j < 8; j++) buf[j] = i + j < n ? x[i + j] - mx : -INFINITY;
         _mm256_storeu_ps(buf, exp_nonpos(_mm256_loadu_ps(buf)));
-        for (int j = 0; i + j < n; j++) sum += (double)buf[j];
+        for (int j = 0; j < 8 && i + j < n; j++) sum += (double)buf[j];
     }
     return sum;
 }
@@ -811,6 +835,7 @@ const bn_kernels bn_kernels_avx2 = {
     .name = "avx2", .ternary_matmul = ternary_walk, .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
-    .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_expsum = max_expsum,
+    .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_first = max_first,
+    .expsum = expsum,
     .exp_shifted = exp_shifted, .scale_row = scale_row, .next_at_least = next_at_least,
 };

@@ -198,8 +198,9 @@ def test_silu_mul_matches_numpy(isa, n):
 @pytest.mark.parametrize("rows, vocab", [(1, 1), (1, 7), (8, 4096), (3, 13), (2, 128256), (33, 100)])
 def test_greedy_rows_match_the_numpy_reference(isa, rows, vocab):
     """The engine's greedy choice + confidence (greedy.c, the diffusion step's sampler) against
-    decode/sampling.py greedy_rows: the same ids (the first on ties, banned -inf ids never chosen) and the
-    same probabilities to float32 exponential accuracy, on peaked, flat and tied rows."""
+    decode/sampling.py greedy_rows: the same ids (the first on ties, banned ids never chosen, whether they are
+    banned by the caller's list, which the C version reads without copying the rows, or are -inf already) and
+    the same probabilities to float32 exponential accuracy, on peaked, flat and tied rows."""
     from bitnet_app.decode.sampling import greedy_rows
 
     rng = np.random.default_rng(rows * 1000 + vocab)
@@ -210,11 +211,19 @@ def test_greedy_rows_match_the_numpy_reference(isa, rows, vocab):
     if rows > 2:
         x[2, [vocab - 1, vocab // 2]] = x[2].max() + 1  # a tie between two ids: the lower one
         x[2, 0] = -np.inf  # a banned id
-    got_ids, got_p = _engine.greedy_rows(isa, x)
-    x_before = x.copy()
-    want_ids, want_p = greedy_rows(x.copy())
-    np.testing.assert_array_equal(x, x_before)  # the C version leaves its input alone
-    np.testing.assert_array_equal(got_ids, want_ids)
-    np.testing.assert_allclose(got_p, want_p, rtol=1e-6)
+    banned_lists = [[]]
+    if vocab > 3:  # the first, an adjacent pair, the last; and the confident row's winner
+        banned_lists += [[0, 1, vocab // 3, vocab - 1], sorted({int(np.argmax(x[0])), 2})]
+    for banned in banned_lists:
+        x_before = x.copy()
+        got_ids, got_p = _engine.greedy_rows(isa, x, np.array(banned, dtype=np.int32))
+        np.testing.assert_array_equal(x, x_before)  # the C version leaves its input alone
+        want_ids, want_p = greedy_rows(x, banned)
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_allclose(got_p, want_p, rtol=1e-6)
+        assert not set(got_ids.tolist()) & set(banned)
     if rows > 1:
+        got_ids, got_p = _engine.greedy_rows(isa, x, np.array([], dtype=np.int32))
         assert got_ids[1] == 0 and abs(got_p[1] - 1 / vocab) < 1e-6 / vocab
+    with pytest.raises(ValueError, match="banned ids"):
+        _engine.greedy_rows(isa, x, np.array([vocab], dtype=np.int32))

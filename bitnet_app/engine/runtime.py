@@ -35,6 +35,14 @@ from .resident import huge_pages_available, shared_resident, streamed_names
 ISA_ENV = "BITNET_ISA"
 
 
+def banned_array(banned) -> np.ndarray:
+    """Ids to ban as greedy_rows takes them: int32, ascending, distinct (an int32 array is taken as it is; the
+    kernel checks it)."""
+    if isinstance(banned, np.ndarray) and banned.dtype == np.int32:
+        return banned
+    return np.array(sorted({int(i) for i in banned}), dtype=np.int32)
+
+
 def _min_max(a: np.ndarray) -> tuple[int, int]:
     """The smallest and largest entry of a non-empty 1-D integer array: through a list when it is short (a decode
     token, a diffusion step's rows), where numpy's two reductions cost ~3 us, more than the rest of the checks."""
@@ -97,10 +105,11 @@ class Engine:
             raise ValueError(f"only written positions can be kept: {end} is outside [{self.n_past}, {self._written}]")
         self.n_past = end
 
-    def greedy_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def greedy_rows(self, rows: np.ndarray, banned=()) -> tuple[np.ndarray, np.ndarray]:
         """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64 with
-        this engine's kernel path (decode/sampling.py greedy_rows is the numpy reference; rows are left alone)."""
-        return self._greedy(self.isa, np.ascontiguousarray(rows, dtype=np.float32))
+        this engine's kernel path, the `banned` ids taken as -inf (decode/sampling.py greedy_rows is the numpy
+        reference; rows are left alone: no copy to ban them)."""
+        return self._greedy(self.isa, np.ascontiguousarray(rows, dtype=np.float32), banned_array(banned))
 
     def sample_rows(self, rows: np.ndarray, temperature: float, top_k: int, top_p: float,
                     uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
