@@ -75,7 +75,7 @@ static void build_avx512_table(void) {
     if (!avx512_table.expsum) avx512_table.expsum = bn_kernels_avx2.expsum;
     if (!avx512_table.exp_shifted) avx512_table.exp_shifted = bn_kernels_avx2.exp_shifted;
     if (!avx512_table.scale_row) avx512_table.scale_row = bn_kernels_avx2.scale_row;
-    if (!avx512_table.next_at_least) avx512_table.next_at_least = bn_kernels_avx2.next_at_least;
+    if (!avx512_table.select_at_least) avx512_table.select_at_least = bn_kernels_avx2.select_at_least;
     if (!avx512_table.silu_mul) avx512_table.silu_mul = bn_kernels_avx2.silu_mul;
 }
 static const bn_kernels *avx512(void) {

@@ -207,7 +207,7 @@ cdef extern from "kernels.h":
         void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
         double (*exp_shifted)(const double *z, double top, double *w, int n) nogil
         double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) nogil
-        int (*next_at_least)(const double *w, int n, double t, int from_) nogil
+        int (*select_at_least)(const double *w, int n, double t, int *out) nogil
     const bn_kernels *bn_select_kernels(const char *force)
     void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
                         int64_t *ids, double *probs) nogil

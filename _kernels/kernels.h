@@ -68,8 +68,8 @@ typedef struct {
     /* The sampler's first pass over a row: z[i] = x[i] * inv_t (double); returns the largest z (NaN entries
      * ignored; -inf if none) and counts the z that are -inf and those that are NaN or +inf. NULL: sample.c's loop. */
     double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad);
-    /* The first index j >= from with w[j] >= t (n if none). NULL: sample.c's loop. */
-    int (*next_at_least)(const double *w, int n, double t, int from);
+    /* The indices j (ascending) with w[j] >= t into out; returns how many. NULL: sample.c's loop. */
+    int (*select_at_least)(const double *w, int n, double t, int *out);
 } bn_kernels;
 
 /* attend_rows works through the keys in tiles of BN_ATTN_KEY_TILE, each converted once to float32 for all the

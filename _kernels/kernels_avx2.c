@@ -410,21 +410,28 @@ static inline __attribute__((always_inline)) void scores8(const float *q, int hd
     }
 }
 
-/* max of row (n floats; -inf when n = 0) */
+/* max of row (n floats; -inf when n = 0), in four running maxima (one would wait for each max before the next) */
 static float row_max(const float *row, int n) {
-    __m256 mv = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     int s = 0;
-    for (; s + 8 <= n; s += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(row + s));
+    for (; s + 32 <= n; s += 32) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + s));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(row + s + 8));
+        m2 = _mm256_max_ps(m2, _mm256_loadu_ps(row + s + 16));
+        m3 = _mm256_max_ps(m3, _mm256_loadu_ps(row + s + 24));
+    }
+    for (; s + 8 <= n; s += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + s));
     float buf[8];
-    _mm256_storeu_ps(buf, mv);
+    _mm256_storeu_ps(buf, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
     float mx = buf[0];
     for (int j = 1; j < 8; j++) mx = buf[j] > mx ? buf[j] : mx;
     for (; s < n; s++) mx = row[s] > mx ? row[s] : mx;
     return mx;
 }
 
-/* softmax of row (n floats) in place: exp(x - max) / sum */
-static void softmax_row(float *row, int n) {
+/* row (n floats) in place: e = exp(x - max); returns sum(e). The softmax's division is left to the output (one
+ * divide per output value instead of one per score). */
+static float exp_row(float *row, int n) {
     const float mx = row_max(row, n);
     const __m256 vmx = _mm256_set1_ps(mx);
     __m256 sv = _mm256_setzero_ps();
@@ -441,9 +448,7 @@ static void softmax_row(float *row, int n) {
         _mm256_storeu_ps(buf, exp_nonpos(_mm256_loadu_ps(buf)));
         for (int j = 0; s + j < n; j++) { row[s + j] = buf[j]; sum += buf[j]; }
     }
-    const __m256 vs = _mm256_set1_ps(sum);
-    for (s = 0; s + 8 <= n; s += 8) _mm256_storeu_ps(row + s, _mm256_div_ps(_mm256_loadu_ps(row + s), vs));
-    for (; s < n; s++) row[s] /= sum; /* divide, as softmax does */
+    return sum;
 }
 
 /* ---- multi-row attention (kernels.h, attend_rows)
@@ -555,12 +560,12 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
     }
 }
 
-/* The multi-row attention. Three passes over the visible keys [0, E), E = the largest end (the last row's), in
+/* The multi-row attention. Three passes (and a division) over the visible keys [0, E), E = the largest end (the last row's), in
  * tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
  *   1. scores (nr, nq, E): each row for its own keys of the tile (none once past its end)
- *   2. softmax per (row, head) over [0, ends[r])
- *   3. out = p . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
- *      changes no bit of them)
+ *   2. per (row, head) over [0, ends[r]): e = exp(score - max) and their sum
+ *   3. out = e . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
+ *      changes no bit of them), then out /= sum of e: the softmax's division, once per value
  * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
  * the fp16 cache and keeping the converted tile for the others. */
 #define KEY_TILE BN_ATTN_KEY_TILE
@@ -595,8 +600,9 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
             }
         }
     }
+    float sums[nr * nq]; /* of each (row, head)'s exponentials */
     for (int r = 0; r < nr; r++) /* (out is not cleared: the first tile, which every row sees, starts the sums) */
-        for (int h = 0; h < nq; h++) softmax_row(SCORES(r, h), ends[r]);
+        for (int h = 0; h < nq; h++) sums[r * nq + h] = exp_row(SCORES(r, h), ends[r]);
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)v + (size_t)s0 * ld * elem;
@@ -619,6 +625,12 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
             }
         }
     }
+    for (int r = 0; r < nr; r++)
+        for (int h = 0; h < nq; h++) {
+            float *o = out + (size_t)r * ldo + (size_t)h * hd;
+            const __m256 vs = _mm256_set1_ps(sums[r * nq + h]);
+            for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), vs));
+        }
 #undef SCORES
 }
 
@@ -806,18 +818,18 @@ static double scale_row(const float *x, int n, double inv_t, double *z, int *n_n
     return top;
 }
 
-/* The first j >= from with w[j] >= t (kernels.h), eight at a time. */
-static int next_at_least(const double *w, int n, double t, int from) {
+/* The j with w[j] >= t, ascending, into out (kernels.h): eight at a time, most eights with none. */
+static int select_at_least(const double *w, int n, double t, int *out) {
     const __m256d vt = _mm256_set1_pd(t);
-    int j = from;
+    int m = 0, j = 0;
     for (; j + 8 <= n; j += 8) {
-        const int hit = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(w + j), vt, _CMP_GE_OQ)) |
-                        _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(w + j + 4), vt, _CMP_GE_OQ)) << 4;
-        if (hit) return j + __builtin_ctz((unsigned)hit);
+        unsigned hit = (unsigned)(_mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(w + j), vt, _CMP_GE_OQ)) |
+                                  _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(w + j + 4), vt, _CMP_GE_OQ)) << 4);
+        for (; hit; hit &= hit - 1) out[m++] = j + __builtin_ctz(hit);
     }
     for (; j < n; j++)
-        if (w[j] >= t) return j;
-    return n;
+        if (w[j] >= t) out[m++] = j;
+    return m;
 }
 
 /* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
@@ -837,5 +849,5 @@ const bn_kernels bn_kernels_avx2 = {
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
     .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_first = max_first,
     .expsum = expsum,
-    .exp_shifted = exp_shifted, .scale_row = scale_row, .next_at_least = next_at_least,
+    .exp_shifted = exp_shifted, .scale_row = scale_row, .select_at_least = select_at_least,
 };

@@ -161,12 +161,16 @@ static double sum4(const double *w, int n) {
     return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
+/* Weights binned by exponent go into MASS_COPIES copies of the bins in turn: a bin's sum in one copy would wait
+ * for the add before it (through memory: ~9 cycles) whenever consecutive weights share a bin, as they mostly do. */
+#define MASS_COPIES 8
+
 /* The first bin b < bins at which the mass of bins 0..b reaches goal, or bins if none does. */
-static int reach(double mass4[4][EXPONENT_BINS], int bins, double goal) {
-    double mass = 0.0;
+static int reach(double mass[MASS_COPIES][EXPONENT_BINS], int bins, double goal) {
+    double total = 0.0;
     for (int b = 0; b < bins; b++) {
-        mass += (mass4[0][b] + mass4[1][b]) + (mass4[2][b] + mass4[3][b]);
-        if (mass >= goal) return b;
+        for (int c = 0; c < MASS_COPIES; c++) total += mass[c][b];
+        if (total >= goal) return b;
     }
     return bins;
 }
@@ -208,11 +212,12 @@ static double scale_row_ref(const float *x, int V, double inv_t, double *z, int 
     return top;
 }
 
-/* The first j >= from with w[j] >= t, or n (the reference of the table's next_at_least). */
-static int next_at_least_ref(const double *w, int n, double t, int from) {
-    int j = from;
-    while (j < n && !(w[j] >= t)) j++;
-    return j;
+/* The j (ascending) with w[j] >= t into out; returns how many (the reference of the table's select_at_least). */
+static int select_at_least_ref(const double *w, int n, double t, int *out) {
+    int m = 0;
+    for (int j = 0; j < n; j++)
+        if (w[j] >= t) out[m++] = j;
+    return m;
 }
 
 /* The kept ids of one row (ascending) into s->kept with their weights in s->w (indexed like kept); returns how
@@ -273,17 +278,15 @@ static int keep_ids(const bn_kernels *k, scratch *s, const float *x, int V, int 
 static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, double top_p, double total,
                    int zeros) {
     const double heavy = 1.0 / (double)(1 << HEAVY_BINS), goal = top_p * total * (1.0 + 1e-12);
-    double mass4[4][EXPONENT_BINS] = {{0}}; /* four copies: consecutive weights mostly share a bin, and one copy
-                                               would make each sum wait for the one before */
+    double mass[MASS_COPIES][EXPONENT_BINS] = {{0}};
     int *places = s->kept; /* the places in the pool of the candidates, ascending (kept is written last) */
-    int n_heavy = 0;
-    int (*next)(const double *, int, double, int) = k->next_at_least ? k->next_at_least : next_at_least_ref;
-    for (int j = next(s->w, n, heavy, 0); j < n; j = next(s->w, n, heavy, j + 1)) {
+    const int n_heavy = (k->select_at_least ? k->select_at_least : select_at_least_ref)(s->w, n, heavy, places);
+    for (int i = 0; i < n_heavy; i++) {
+        const int j = places[i];
         s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
-        mass4[j & 3][s->bin[j]] += s->w[j];
-        places[n_heavy++] = j;
+        mass[i % MASS_COPIES][s->bin[j]] += s->w[j];
     }
-    int last = reach(mass4, HEAVY_BINS, goal);
+    int last = reach(mass, HEAVY_BINS, goal);
     int c = n_heavy;
     if (last >= HEAVY_BINS) { /* the light weights too: every bin */
         for (int j = 0; j < n; j++)
@@ -291,9 +294,9 @@ static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, doubl
                 s->bin[j] = UINT8_MAX; /* never a candidate: numpy's pool has no -inf id */
             } else if (!(s->w[j] >= heavy)) {
                 s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
-                mass4[j & 3][s->bin[j]] += s->w[j];
+                mass[j % MASS_COPIES][s->bin[j]] += s->w[j];
             }
-        last = reach(mass4, EXPONENT_BINS, goal);
+        last = reach(mass, EXPONENT_BINS, goal);
         c = 0;
         for (int j = 0; j < n; j++)
             if (s->bin[j] <= last) places[c++] = j;
