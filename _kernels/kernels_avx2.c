@@ -429,9 +429,9 @@ static float row_max(const float *row, int n) {
     return mx;
 }
 
-/* row (n floats) in place: e = exp(x - max); returns sum(e). The softmax's division is left to the output (one
- * divide per output value instead of one per score). */
-static float exp_row(float *row, int n) {
+/* softmax of row (n floats) in place: exp(x - max) / sum (the division per score, as the reference's softmax: a
+ * division moved to the output changes the last bits of a row's output, which a random model's near-ties show) */
+static void softmax_row(float *row, int n) {
     const float mx = row_max(row, n);
     const __m256 vmx = _mm256_set1_ps(mx);
     __m256 sv = _mm256_setzero_ps();
@@ -448,7 +448,9 @@ static float exp_row(float *row, int n) {
         _mm256_storeu_ps(buf, exp_nonpos(_mm256_loadu_ps(buf)));
         for (int j = 0; s + j < n; j++) { row[s + j] = buf[j]; sum += buf[j]; }
     }
-    return sum;
+    const __m256 vs = _mm256_set1_ps(sum);
+    for (s = 0; s + 8 <= n; s += 8) _mm256_storeu_ps(row + s, _mm256_div_ps(_mm256_loadu_ps(row + s), vs));
+    for (; s < n; s++) row[s] /= sum;
 }
 
 /* ---- multi-row attention (kernels.h, attend_rows)
@@ -560,12 +562,12 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
     }
 }
 
-/* The multi-row attention. Three passes (and a division) over the visible keys [0, E), E = the largest end (the last row's), in
+/* The multi-row attention. Three passes over the visible keys [0, E), E = the largest end (the last row's), in
  * tiles of KEY_TILE keys, so a tile stays in L1 while every row and head of the item uses it:
  *   1. scores (nr, nq, E): each row for its own keys of the tile (none once past its end)
- *   2. per (row, head) over [0, ends[r]): e = exp(score - max) and their sum
- *   3. out = e . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
- *      changes no bit of them), then out /= sum of e: the softmax's division, once per value
+ *   2. softmax per (row, head) over [0, ends[r])
+ *   3. out = p . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
+ *      changes no bit of them)
  * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
  * the fp16 cache and keeping the converted tile for the others. */
 #define KEY_TILE BN_ATTN_KEY_TILE
@@ -600,9 +602,8 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
             }
         }
     }
-    float sums[nr * nq]; /* of each (row, head)'s exponentials */
     for (int r = 0; r < nr; r++) /* (out is not cleared: the first tile, which every row sees, starts the sums) */
-        for (int h = 0; h < nq; h++) sums[r * nq + h] = exp_row(SCORES(r, h), ends[r]);
+        for (int h = 0; h < nq; h++) softmax_row(SCORES(r, h), ends[r]);
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)v + (size_t)s0 * ld * elem;
@@ -625,12 +626,6 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
             }
         }
     }
-    for (int r = 0; r < nr; r++)
-        for (int h = 0; h < nq; h++) {
-            float *o = out + (size_t)r * ldo + (size_t)h * hd;
-            const __m256 vs = _mm256_set1_ps(sums[r * nq + h]);
-            for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), vs));
-        }
 #undef SCORES
 }
 

@@ -113,8 +113,12 @@ class _Run:
             del self.kv_ids[start:]
             self.kv_ids.extend(tokens)
 
+    def context(self):
+        """The ids so far, for a repetition penalty; None when the sampler has none (nothing to build)."""
+        return self.reply.context if self.sampler.repetition_penalty != 1.0 else None
+
     def sample_one(self, logits_row) -> int:
-        return int(self.sampler(logits_row, self.reply.context)[0])
+        return int(self.sampler(logits_row, self.context())[0])
 
     def first_block(self) -> tuple[int, list[int], int]:
         """Commit the prompt's whole blocks; return (start, known ids, how many of them are prompt) of the
@@ -154,15 +158,14 @@ class _Run:
         logits = self.forward(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
                               kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
-        tokens, probs = self.sampler(logits, self.reply.context)
-        fill = _choose(masked, probs, self.threshold, self.causal)
-        chosen = dict(zip(masked, tokens.tolist()))
-        for j in fill:
-            block[j] = chosen[j]
-        self.fresh = min(q1, fill[0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
+        tokens, probs = self.sampler(logits, self.context())
+        fill = _choose(masked, tokens.tolist(), probs.tolist(), self.threshold, self.causal)
+        for j, token in fill:
+            block[j] = token
+        self.fresh = min(q1, fill[0][0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
         self.step_s += time.perf_counter() - t0
         self.step_engine_s += self.engine_s - engine_before
-        return fill
+        return [j for j, _ in fill]
 
     def commit(self, block, block_start) -> np.ndarray:
         """Commit the finished block's K/V; return the logits of its last row (they predict the next block's
@@ -266,13 +269,13 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
             kv_ids.clear()
 
 
-def _choose(masked: list[int], probs: np.ndarray, threshold: float, causal: bool) -> list[int]:
-    """Slots to fill this step: every one above the threshold, plus the floor (leftmost for causal
-    attention, the most confident otherwise), so each step fills at least one slot."""
-    p = probs.tolist()  # at most a sub-block of floats: plain Python is faster than numpy calls here
-    fill = {j for j, pj in zip(masked, p) if pj > threshold}
-    fill.add(masked[0] if causal else masked[p.index(max(p))])  # index(max): the first on ties, as argmax
-    return sorted(fill)
+def _choose(masked: list[int], tokens: list[int], probs: list[float], threshold: float,
+            causal: bool) -> list[tuple[int, int]]:
+    """(slot, id) to fill this step, by slot: every one above the threshold, plus the floor (leftmost for causal
+    attention, the most confident otherwise), so each step fills at least one slot. Plain lists: at most a
+    sub-block of them, where numpy calls would cost more than the work."""
+    floor = 0 if causal else probs.index(max(probs))  # index(max): the first on ties, as argmax
+    return [(j, t) for i, (j, t, p) in enumerate(zip(masked, tokens, probs)) if p > threshold or i == floor]
 
 
 def _stats(run: _Run, tokens: int, prompt_tokens: int) -> dict:
