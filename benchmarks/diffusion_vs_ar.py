@@ -7,7 +7,9 @@ Prompts: a JSON file {"skills": [...], "open": [...]}, each entry the content of
 with the model's chat template (Model.chat_ids); the two sets are reported separately.
 Decoding: greedy, with everything else as the app runs it by default (Model.generate with the model's
 diffusion defaults and DecodeParams': block, sub-block, threshold, DualCache, max_new_tokens); beside it,
-the same with the other DualCache setting. --attention overrides the checkpoint's pattern (a random
+the same with the other DualCache setting. --sampled: the model's own sampling instead (its
+generation_config.json: what the app starts from), seeded so that every run of a reply draws the same ids;
+the "reply = AR" columns then compare draws, not decoders. --attention overrides the checkpoint's pattern (a random
 engine file of the 2B-4T shape, `python -m bitnet_app bench --synthetic 2b4t`, is not trained for
 diffusion and defaults to causal).
 
@@ -48,14 +50,14 @@ def load_prompts(path: str, limit: int | None) -> dict[str, list[str]]:
 
 
 def fastest(model, ids, repeats: int, **params):
-    """The Done event of the fastest of `repeats` runs (each must give the same ids: greedy decoding)."""
+    """The Done event of the fastest of `repeats` runs (each must give the same ids: greedy or seeded decoding)."""
     from bitnet_app.decode.events import Done
 
     best = None
     for _ in range(repeats):
         done = next(ev for ev in model.generate(ids, **params) if isinstance(ev, Done))
         if best is not None and done.ids != best.ids:
-            raise RuntimeError("two greedy runs of the same prompt gave different replies")
+            raise RuntimeError("two runs of the same prompt gave different replies")
         if best is None or done.stats["total_s"] < best.stats["total_s"]:
             best = done
     return best
@@ -224,6 +226,8 @@ def main(argv=None):
     ap.add_argument("--lm-head", default="int8", choices=("int8", "exact"))
     ap.add_argument("--attention", choices=("block", "causal"), help="default: the checkpoint's")
     ap.add_argument("--sub-block", type=int, help="sub-block size; default: the app's for this checkpoint")
+    ap.add_argument("--sampled", action="store_true",
+                    help="the model's own sampling (seeded), as the app starts, instead of greedy decoding")
     ap.add_argument("--steps-only", action="store_true", help="only the single-step costs (no replies)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
@@ -235,7 +239,8 @@ def main(argv=None):
     sets = {} if args.steps_only else load_prompts(args.prompts_file, args.limit)
     knobs = {**model.diffusion_defaults, **({"attention": args.attention} if args.attention else {})}
     dual_default = KNOBS["dual_cache"].default
-    common = {"temperature": 0.0}
+    sampling = model.generation_defaults  # what the app's sampler starts from for this model
+    common = {**sampling, "seed": 1} if args.sampled else {"temperature": 0.0}
     if args.sub_block:
         knobs["sub_block_size"] = common["sub_block_size"] = args.sub_block
     if args.max_new_tokens:
@@ -243,7 +248,6 @@ def main(argv=None):
     max_new = common.get("max_new_tokens", KNOBS["max_new_tokens"].default)
     fastest(model, model.chat_ids([{"role": "user", "content": "Hello"}]), 1, mode="diffusion", **common)  # warm-up
 
-    sampling = model.generation_defaults  # what the app's sampler starts from for this model
     costs = single_step_costs(model, knobs, repeats=max(args.repeats, 20), sampling=sampling)
     results = {}
     if not args.steps_only:
@@ -254,7 +258,8 @@ def main(argv=None):
         twin.close()
     info = model.info()
     header = (f"model {args.model}: {info['parameters'] / 1e6:.1f} M parameters, context {info['context']}, "
-              f"{info['isa']}, {info['threads']} threads, {args.lm_head} head; greedy, block {knobs['block_size']}, "
+              f"{info['isa']}, {info['threads']} threads, {args.lm_head} head; "
+              f"{f'sampled {sampling}, seed 1' if args.sampled else 'greedy'}, block {knobs['block_size']}, "
               f"sub-block {knobs['sub_block_size']}, threshold {knobs['threshold']}, attention {knobs['attention']}, "
               f"DualCache {'on' if dual_default else 'off'} by default, max {max_new} new tokens")
     header += "" if args.steps_only else f"; fastest of {args.repeats} runs per reply"
