@@ -68,6 +68,15 @@ int bn_engine_threads(const bn_engine *e);
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen);
 
+/* The sampler's rows on the engine's threads (rows_job.c): bn_greedy_rows and bn_sample_rows (kernels.h) with this
+ * engine's kernel path, the rows shared between the calling thread and the engine's workers. Each row is computed
+ * exactly as those single-threaded calls compute it, so the results do not depend on the thread count. Not to be
+ * called during a forward on the same engine. Return 0, or -1 when out of memory. */
+int bn_engine_greedy_rows(bn_engine *e, const float *x, int R, int V, const int32_t *banned, int n_banned,
+                          int64_t *ids, double *probs);
+int bn_engine_sample_rows(bn_engine *e, const float *x, int R, int V, double temperature, int top_k, double top_p,
+                          const double *u, int64_t *ids, double *probs);
+
 /* Development timing, off by default (one branch per stage when off). While on, every forward adds the
  * calling thread's wall time per part: the items it ran of each stage (the residual add of the previous
  * matrix is part of the next norm); BN_PART_SYNC is its time waiting for the other threads to finish a

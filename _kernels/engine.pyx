@@ -50,6 +50,10 @@ cdef extern from "bitnet.h":
     const double *bn_engine_profile(const bn_engine *e)
     const char *bn_part_name(int part)
     double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes) nogil
+    int bn_engine_greedy_rows(bn_engine *e, const float *x, int R, int V, const int32_t *banned, int n_banned,
+                              int64_t *ids, double *probs) nogil
+    int bn_engine_sample_rows(bn_engine *e, const float *x, int R, int V, double temperature, int top_k,
+                              double top_p, const double *u, int64_t *ids, double *probs) nogil
 
 
 cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
@@ -191,6 +195,35 @@ cdef class CEngine:
         if rc != 0:
             raise ValueError(err.decode(errors="replace"))
 
+    def greedy_rows(self, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
+        """The module's greedy_rows with this engine's kernel path, the rows shared between its threads
+        (rows_job.c): the same ids and probabilities."""
+        cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
+        cdef cnp.ndarray ids, probs
+        ids, probs = _id_prob_rows(R, V)
+        _check_banned(banned, V)
+        if R:
+            with nogil:
+                bn_engine_greedy_rows(self.e, <const float *>x.data, R, V, <const int32_t *>banned.data, nb,
+                                      <int64_t *>ids.data, <double *>probs.data)
+        return ids, probs
+
+    def sample_rows(self, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
+                    cnp.ndarray[double, ndim=1, mode="c"] u):
+        """The module's sample_rows with this engine's kernel path, the rows shared between its threads
+        (rows_job.c): the same draws."""
+        cdef int R = x.shape[0], V = x.shape[1], rc = 0
+        cdef cnp.ndarray ids, probs
+        ids, probs = _id_prob_rows(R, V)
+        _check_draw(R, temperature, top_p, u)
+        if R:
+            with nogil:
+                rc = bn_engine_sample_rows(self.e, <const float *>x.data, R, V, temperature, top_k, top_p,
+                                           <const double *>u.data, <int64_t *>ids.data, <double *>probs.data)
+        if rc:
+            raise MemoryError("out of memory sampling the logits")
+        return ids, probs
+
 
 # ---------------------------------------------------------------- kernel entry points for the tests
 
@@ -311,17 +344,23 @@ cdef tuple _id_prob_rows(int R, int V):
     return np.empty(R, dtype=np.int64), np.empty(R, dtype=np.float64)
 
 
+cdef _check_banned(cnp.ndarray[int32_t, ndim=1, mode="c"] banned, int V):
+    cdef int i
+    for i in range(banned.shape[0]):
+        if not 0 <= banned[i] < V or (i and banned[i] <= banned[i - 1]):
+            raise ValueError(f"banned ids must be distinct, ascending and in [0, {V}); got {banned.tolist()}")
+
+
 def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
     """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64, with the
     kernel path `isa` and the ids `banned` (ascending, distinct, in [0, V)) taken as -inf (greedy.c;
-    decode/sampling.py greedy_rows is the numpy reference). x is left alone."""
+    decode/sampling.py greedy_rows is the numpy reference). x is left alone. One thread: CEngine.greedy_rows
+    shares the rows between an engine's threads."""
     cdef const bn_kernels *k = _kernels(isa)
-    cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0], i
+    cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
     cdef cnp.ndarray ids, probs
     ids, probs = _id_prob_rows(R, V)
-    for i in range(nb):
-        if not 0 <= banned[i] < V or (i and banned[i] <= banned[i - 1]):
-            raise ValueError(f"banned ids must be distinct, ascending and in [0, {V}); got {banned.tolist()}")
+    _check_banned(banned, V)
     if R:
         with nogil:
             bn_greedy_rows(k, <const float *>x.data, R, V, <const int32_t *>banned.data, nb, <int64_t *>ids.data,
@@ -342,6 +381,13 @@ def exp_shifted(str isa, cnp.ndarray[double, ndim=1, mode="c"] z, double top):
     return w, total
 
 
+cdef _check_draw(int R, double temperature, double top_p, cnp.ndarray u):
+    if u.shape[0] != R:
+        raise ValueError("one uniform per row")
+    if not temperature > 0 or not 0 < top_p <= 1:
+        raise ValueError("temperature must be > 0 and top_p in (0, 1]")
+
+
 def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
                 cnp.ndarray[double, ndim=1, mode="c"] u):
     """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with the
@@ -351,10 +397,7 @@ def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperat
     cdef int R = x.shape[0], V = x.shape[1], rc = 0
     cdef cnp.ndarray ids, probs
     ids, probs = _id_prob_rows(R, V)
-    if u.shape[0] != R:
-        raise ValueError("one uniform per row")
-    if not temperature > 0 or not 0 < top_p <= 1:
-        raise ValueError("temperature must be > 0 and top_p in (0, 1]")
+    _check_draw(R, temperature, top_p, u)
     if R:
         with nogil:
             rc = bn_sample_rows(k, <const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,

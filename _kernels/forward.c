@@ -825,6 +825,10 @@ void bn_engine_free(bn_engine *e) {
 const char *bn_engine_isa(const bn_engine *e) { return e->k->name; }
 int bn_engine_threads(const bn_engine *e) { return bn_pool_size(e->pool); }
 
+/* For rows_job.c, which runs the sampler's rows on this engine's threads. */
+const bn_kernels *bn_engine_kernels(const bn_engine *e) { return e->k; }
+bn_pool *bn_engine_pool(bn_engine *e) { return e->pool; }
+
 /* ---------------------------------------------------------------- the forward */
 
 static int check_args(const bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,

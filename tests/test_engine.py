@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from bitnet_app import _engine
 from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.engine.runtime import Engine
 from bitnet_app.engine.file import EngineFile
@@ -371,3 +372,28 @@ def test_bitnet_threads_out_of_range_is_an_error_not_a_crash(tiny):
     env = {**os.environ, "BITNET_THREADS": "2147483647"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and "out of range" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_engines_threaded_sampler_rows_equal_the_single_threaded_ones(tiny, isa, threads):
+    """Engine.greedy_rows and Engine.sample_rows share the rows between the engine's threads (rows_job.c); each
+    row must come out exactly as the single-threaded functions give it (greedy.c, sample.c), for fewer, as many
+    and more rows than threads, flat and peaked rows, with a banned id."""
+    ef, _ = tiny
+    eng = Engine(ef, lm_head="exact", isa=isa, threads=threads)
+    rng = np.random.default_rng(threads)
+    for R in (1, 2, 7):
+        x = (rng.standard_normal((R, 300)) * rng.choice([0.3, 3.0, 12.0], size=(R, 1))).astype(np.float32)
+        banned = np.array([3, 17], dtype=np.int32)
+        got = eng.greedy_rows(x, banned)
+        want = _engine.greedy_rows(isa, x, banned)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        x[:, banned] = -np.inf
+        u = rng.random(R)
+        for temperature, top_k, top_p in ((0.7, 0, 0.9), (1.0, 40, 1.0)):
+            got = eng.sample_rows(x, temperature, top_k, top_p, u)
+            want = _engine.sample_rows(isa, x, temperature, top_k, top_p, u)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])

@@ -82,8 +82,6 @@ class Engine:
         self._weights = weights  # the arrays the C engine points into
         self._c = _engine.CEngine(weights, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
         self.isa = self._c.isa
-        self._greedy = _engine.greedy_rows
-        self._sample = _engine.sample_rows
         self.threads = self._c.threads
         self.n_past = 0
         self._written = 0  # positions [0, _written) hold K/V some forward wrote (committed, then scratch)
@@ -109,15 +107,18 @@ class Engine:
         """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64 with
         this engine's kernel path, the `banned` ids taken as -inf (decode/sampling.py greedy_rows is the numpy
         reference; rows are left alone: no copy to ban them)."""
-        return self._greedy(self.isa, np.ascontiguousarray(rows, dtype=np.float32), banned_array(banned))
+        x = np.ascontiguousarray(rows, dtype=np.float32)
+        with self._lock:  # the rows run on the engine's threads, which a forward must not be using
+            return self._c.greedy_rows(x, banned_array(banned))
 
     def sample_rows(self, rows: np.ndarray, temperature: float, top_k: int, top_p: float,
                     uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with
         the uniforms (R,) in [0, 1): ids (R,) int64 and their probabilities (R,) float64 (_kernels/sample.c;
         decode/sampling.py Sampler._draw is the numpy reference; rows are left alone)."""
-        return self._sample(self.isa, np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
-                            float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64))
+        x, u = np.ascontiguousarray(rows, dtype=np.float32), np.ascontiguousarray(uniforms, dtype=np.float64)
+        with self._lock:  # as greedy_rows
+            return self._c.sample_rows(x, float(temperature), int(top_k), float(top_p), u)
 
     def forward(self, tokens, *, start: int | None = None, commit: bool = True, attention: str = "causal",
                 block_size: int = 0, kv_end: int | None = None, rows=None) -> np.ndarray:
