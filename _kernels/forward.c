@@ -101,6 +101,8 @@ typedef struct {
     int slice_tokens;            /* matrix stages: tokens per slice (MATMUL_SLICE, or a thread's run: token_split) */
     int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION, KIND_CHAIN: consecutive tokens (or logit rows) per item */
     int chain_end;               /* KIND_CHAIN: it runs the stages [this one, chain_end) */
+    int fused;                   /* KIND_CHAIN: it crosses attentions (fold_causal): an item waits for the K/V of
+                                    the runs before it, not for a barrier */
     int folded;                  /* 1: run inside a KIND_CHAIN item, never on its own */
     int xq_run;                  /* layer stages: tokens per run of the xq rows it writes or reads (xq_row), 0: one run */
 } stage;
@@ -148,6 +150,7 @@ struct bn_engine {
     forward_args fa;
     stage *stages; /* (L * STAGES_PER_LAYER + HEAD_STAGES) */
     range_counter *take; /* (L * STAGES_PER_LAYER + HEAD_STAGES, threads): the next item of each thread's range */
+    range_counter *kv_layers; /* (threads,) a fused chain (fold_causal): the layers whose K/V run r has written */
     int n_stages;
     int segment[2]; /* the stages [from, to) of the running pool job */
     float *q_last;  /* (cap_rows, D) the trimmed last layer's query rows, gathered by its attention items */
@@ -351,17 +354,15 @@ static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq,
         attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv16, ends[r], scale, sc, out + (size_t)r * ldo);
 }
 
-/* Item p = (tile of up to `rows` consecutive tokens, kv head g): the `group` query heads of each token that share
- * K/V head g, all together, so each cached K and V row is read (and converted from fp16) once per tile of tokens
- * and head group. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end of
- * its block (shared by the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit
- * rows: the item first gathers their query heads into q_last (row t = batch token fa.rows[t]). */
-static void attention_item(bn_engine *e, int l, int p, int thread) {
+/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: the `group` query heads of each token
+ * that share K/V head g, all together, so each cached K and V row is read (and converted from fp16) once per tile of
+ * tokens and head group. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end
+ * of its block (shared by the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit
+ * rows: the tile first gathers their query heads into q_last (row t = batch token fa.rows[t]). */
+static void attention_tile(bn_engine *e, int l, int t0, int nr, int g, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, group = m->n_heads / G;
-    const stage *st = &e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION];
-    const int rows = st->tokens_per_item, trimmed = trimmed_stage(e, l, STAGE_ATTENTION);
-    const int t0 = p / G * rows, g = p % G, nr = st->T - t0 < rows ? st->T - t0 : rows;
+    const int trimmed = trimmed_stage(e, l, STAGE_ATTENTION);
     const float *q = e->qkv + (size_t)t0 * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
     size_t ldq = (size_t)e->qkv_np;
     if (trimmed) {
@@ -388,6 +389,13 @@ static void attention_item(bn_engine *e, int l, int p, int thread) {
                                                  out, (size_t)m->dim))
         attend_rows_generic(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv16, ends, scale, sc, out,
                             (size_t)m->dim);
+}
+
+/* Item p of an attention stage = (tile of up to tokens_per_item consecutive tokens, kv head g). */
+static void attention_item(bn_engine *e, int l, int p, int thread) {
+    const stage *st = &e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION];
+    const int G = e->m.n_kv_heads, rows = st->tokens_per_item, t0 = p / G * rows;
+    attention_tile(e, l, t0, st->T - t0 < rows ? st->T - t0 : rows, p % G, thread);
 }
 
 /* ---------------------------------------------------------------- matrix stages */
@@ -507,6 +515,26 @@ static void fold_chains(bn_engine *e, int from, int to, int T) {
     }
 }
 
+/* A token_split batch under causal attention with one run of tokens per thread: the stages [from, to) (whole
+ * layers, then the last layer up to its attention) become ONE chain whose item takes its run through all of them,
+ * attentions included. A token sees only the keys up to its own position, so run r's attention needs the K/V of
+ * runs 0..r only: the item waits, before each attention, until the runs before it have written that layer's K/V
+ * (kv_layers), and nothing waits for a later run. So no thread waits at a barrier twice per layer; the first run
+ * never waits. A run's tokens go through the same stages with the same kernels as in fold_chains: the same logits.
+ * No deadlock: the calling thread takes run 0 first, and every thread takes runs in increasing order. */
+static int fold_causal(bn_engine *e, int from, int to, int T) {
+    const int per = token_run(e, T), n = bn_pool_size(e->pool);
+    if (e->fa.block > 0 || (T + per - 1) / per > n) return 0;
+    for (int f = from; f < to; f++) {
+        e->stages[f].folded = f > from;
+        e->stages[f].xq_run = per;
+    }
+    e->stages[from] = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_CHAIN, .T = T,
+                              .tokens_per_item = per, .chain_end = to, .xq_run = per, .fused = 1};
+    for (int r = 0; r < n; r++) atomic_init(&e->kv_layers[r].next, 0);
+    return 1;
+}
+
 /* Range r of n of a stage's items: [range_start(r), range_start(r + 1)). */
 static inline int range_start(int n_items, int r, int n) { return (int)((long long)n_items * r / n); }
 
@@ -564,7 +592,7 @@ static void plan_forward(bn_engine *e) {
     e->n_stages = L * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
     /* token_split batches: fold the token-local stages (the trimmed last layer's tail as a batch of its own) */
     const int tail = (L - 1) * STAGES_PER_LAYER + STAGE_ATTENTION; /* the last layer's attention */
-    if (token_split(e, T)) fold_chains(e, 0, tail, T);
+    if (token_split(e, T) && !fold_causal(e, 0, tail, T)) fold_chains(e, 0, tail, T);
     if (token_split(e, T_last)) fold_chains(e, tail + 1, L * STAGES_PER_LAYER, T_last);
     const int n = bn_pool_size(e->pool);
     for (int i = 0; i < e->n_stages; i++) {
@@ -589,18 +617,34 @@ static void head_norm_item(bn_engine *e, int r) {
 }
 
 /* Item i of a KIND_CHAIN stage: its run of tokens through each stage [s, chain_end) in turn (the calling thread,
- * when profiling, books each stage's time to its part). */
+ * when profiling, books each stage's time to its part). A fused chain (fold_causal) runs the attentions too: first it
+ * waits for the runs before it to have written this layer's K/V; after its own RoPE/K/V stage it says it has. */
 static void chain_item(bn_engine *e, int s, int i, int thread) {
     const stage *c = &e->stages[s];
     const int t0 = i * c->tokens_per_item, t1 = t0 + c->tokens_per_item < c->T ? t0 + c->tokens_per_item : c->T;
     const int timing = e->profiling && thread == 0;
     double t = timing ? now_s() : 0;
     for (int f = s; f < c->chain_end; f++) {
+        const int l = f / STAGES_PER_LAYER;
         const layer_stage ls = (layer_stage)(f % STAGES_PER_LAYER);
-        if (f == s || e->stages[f].kind == KIND_TOKENS) /* stage s itself (a token stage) now holds the chain */
-            for (int tok = t0; tok < t1; tok++) token_stage(e, f / STAGES_PER_LAYER, ls, tok);
-        else
+        if (ls == STAGE_ATTENTION) { /* only in a fused chain */
+            for (int r = 0; r < i; r++)
+                while (atomic_load_explicit(&e->kv_layers[r].next, memory_order_acquire) <= l) bn_pool_relax();
+            if (timing) { /* the wait is synchronisation */
+                const double t2 = now_s();
+                e->prof[BN_PART_SYNC] += t2 - t;
+                t = t2;
+            }
+            for (int a = t0; a < t1; a += ATTN_MAX_ROWS)
+                for (int g = 0; g < e->m.n_kv_heads; g++)
+                    attention_tile(e, l, a, t1 - a < ATTN_MAX_ROWS ? t1 - a : ATTN_MAX_ROWS, g, thread);
+        } else if (f == s || e->stages[f].kind == KIND_TOKENS) { /* stage s itself (a token stage) holds the chain */
+            for (int tok = t0; tok < t1; tok++) token_stage(e, l, ls, tok);
+            if (c->fused && ls == STAGE_ROPE_KV) /* this run's K/V of layer l are in the cache */
+                atomic_store_explicit(&e->kv_layers[i].next, l + 1, memory_order_release);
+        } else {
             matmul_item(e, &e->stages[f], i); /* token_split: item i of the matrix stage is the same run */
+        }
         if (timing) {
             const double t2 = now_s();
             e->prof[part_of_stage(e, f)] += t2 - t;
@@ -789,10 +833,12 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     }
     e->take = aligned_alloc(64, sizeof(range_counter) * ((size_t)m->n_layers * STAGES_PER_LAYER + HEAD_STAGES) *
                                     bn_pool_size(e->pool));
+    e->kv_layers = aligned_alloc(64, sizeof(range_counter) * (size_t)bn_pool_size(e->pool));
     /* per thread, rounded to whole cache lines; malloc'ed pages are only touched as far as the keys go */
     e->scores_ld = (BN_ATTN_SCRATCH(ATTN_MAX_ROWS, m->n_heads / m->n_kv_heads, m->head_dim, ctx) + 15) / 16 * 16;
     e->scores = aligned_alloc(64, sizeof(float) * e->scores_ld * bn_pool_size(e->pool));
-    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages || !e->take) {
+    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages || !e->take ||
+        !e->kv_layers) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
         return NULL;
@@ -818,7 +864,7 @@ void bn_engine_free(bn_engine *e) {
     free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
     free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->q_last); free(e->stages);
-    free(e->take);
+    free(e->take); free(e->kv_layers);
     free(e);
 }
 

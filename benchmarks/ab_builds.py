@@ -4,7 +4,8 @@
 
 Each --build is a checkout whose engine is built in place (`python setup.py build_ext --inplace`; `git worktree
 add /tmp/old <commit>` gives an old one beside this one). For every ISA and round, each build runs in its own
-Python process (so each imports its own bitnet_app) and times Engine.forward of N block rows at a fixed position on
+Python process (so each imports its own bitnet_app) and times Engine.forward of N rows (block attention, or causal
+with --attention causal) at a fixed position on
 a model (default: the bundled demo model), best of --repeats x --iters calls; a background training job
 (benchmarks/training_pause.py) is paused while a build is timed. The builds alternate within every round, so a
 drift of the machine (the Zen 4 guests here have fast and slow phases ~2x apart) hits both alike: compare within
@@ -28,6 +29,7 @@ import json, sys, time
 import numpy as np
 import bitnet_app
 model, isa, rows, pos, repeats, iters = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+pattern = dict(attention="block", block_size=32) if sys.argv[7] == "block" else dict(attention="causal")
 engine = bitnet_app.load_model(model, threads=2, isa=isa).engine
 ns = [int(n) for n in rows.split(",")]
 ids = np.random.default_rng(0).integers(0, engine.vocab_size, size=pos + max(ns))
@@ -37,21 +39,22 @@ best = {}
 for n in ns:
     batch = np.ascontiguousarray(ids[pos:pos + n], dtype=np.int32)
     for _ in range(max(10, iters // 2)):  # warm-up
-        engine.forward(batch, start=pos, commit=False, attention="block", block_size=32)
+        engine.forward(batch, start=pos, commit=False, **pattern)
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         for _ in range(iters):
-            engine.forward(batch, start=pos, commit=False, attention="block", block_size=32)
+            engine.forward(batch, start=pos, commit=False, **pattern)
         times.append((time.perf_counter() - t) / iters)
     best[n] = 1e3 * min(times)
 print(json.dumps(best))
 """
 
 
-def time_build(path: str, model: str, isa: str, rows: str, pos: int, repeats: int, iters: int) -> dict:
+def time_build(path: str, model: str, isa: str, rows: str, pos: int, repeats: int, iters: int,
+               attention: str = "block") -> dict:
     """{rows: best ms per forward} of the build at `path` (its own process, its own bitnet_app)."""
-    out = subprocess.run([sys.executable, "-c", TIMER, model, isa, rows, str(pos), str(repeats), str(iters)],
+    out = subprocess.run([sys.executable, "-c", TIMER, model, isa, rows, str(pos), str(repeats), str(iters), attention],
                          cwd=path, env={**os.environ, "PYTHONPATH": os.path.abspath(path)},
                          capture_output=True, text=True)
     if out.returncode != 0:
@@ -67,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--isa", default="avx2", help="comma-separated kernel paths")
     ap.add_argument("--rows", default="8,16,32")
     ap.add_argument("--pos", type=int, default=128, help="position of the block (the cache holds pos tokens)")
+    ap.add_argument("--attention", default="block", choices=("block", "causal"),
+                    help="the forwards' attention pattern (block: 32-slot blocks)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--iters", type=int, default=100)
@@ -83,13 +88,14 @@ def main(argv=None) -> int:
         for rnd in range(a.rounds):
             for name, path in builds:
                 with TrainingPause(training_pid()):
-                    ms = time_build(path, os.path.abspath(a.model), isa, a.rows, a.pos, a.repeats, a.iters)
+                    ms = time_build(path, os.path.abspath(a.model), isa, a.rows, a.pos, a.repeats, a.iters, a.attention)
                 results.append({"isa": isa, "round": rnd, "build": name, "ms": ms})
                 print(f"{isa:8s} round {rnd}  {name:10s} " + "  ".join(f"{n} rows {t:.3f} ms" for n, t in ms.items()),
                       flush=True)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"model": a.model, "pos": a.pos, "rows": a.rows, "results": results}, f, indent=1)
+            json.dump({"model": a.model, "pos": a.pos, "rows": a.rows, "attention": a.attention, "results": results},
+                      f, indent=1)
     return 0
 
 

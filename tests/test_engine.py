@@ -100,15 +100,18 @@ def test_incremental_decode_equals_one_pass(tiny, isa):
 @pytest.mark.parametrize("isa", PATHS)
 def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
     """1, 2 and 3 threads give bit-identical logits, for one token and for batches that the engine splits between
-    the threads by rows of each matrix (few tokens) or by tokens (a small model's batch of >= 4 per thread), causal
-    and block attention. Each thread owns a range of every stage's items and takes the rest of the others'; a
-    token's integer sums and float steps are the same whichever thread runs it."""
+    the threads by rows of each matrix (few tokens) or by tokens (a small model's batch of >= 2 per thread), causal
+    and block attention, also where each thread takes one run of tokens through every layer (forward.c
+    fold_causal, waiting only for the K/V of the runs before it). Each thread owns a range of every stage's items
+    and takes the rest of the others'; a token's integer sums and float steps are the same whichever thread runs it."""
     ef, _ = tiny_hd16
     ids = ids_for(ef, 45, seed=5)
     def run(threads):
         eng = Engine(ef, lm_head="int8", isa=isa, threads=threads)
         out = [eng.forward(ids[:5], rows=range(5))]                                   # rows split
         out.append(eng.forward(ids[5:37], start=5, rows=range(32)))                    # tokens split (causal)
+        out.append(eng.forward(ids[37:45], start=37, commit=False, rows=range(8)))     # one run per thread: fused
+        out.append(eng.forward(ids[37:43], start=37, commit=False, kv_end=45, rows=[1, 4, 5]))  # fused, trimmed
         out.append(eng.forward(ids[37:45], start=37, commit=False, attention="block", block_size=8,
                                rows=range(8)))
         eng.truncate(5)
