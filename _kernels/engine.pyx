@@ -200,8 +200,7 @@ cdef class CEngine:
         (rows_job.c): the same ids and probabilities."""
         cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
         cdef cnp.ndarray ids, probs
-        ids, probs = _id_prob_rows(R, V)
-        _check_banned(banned, V)
+        ids, probs = _greedy_out(x, banned)
         if R:
             with nogil:
                 bn_engine_greedy_rows(self.e, <const float *>x.data, R, V, <const int32_t *>banned.data, nb,
@@ -344,11 +343,14 @@ cdef tuple _id_prob_rows(int R, int V):
     return np.empty(R, dtype=np.int64), np.empty(R, dtype=np.float64)
 
 
-cdef _check_banned(cnp.ndarray[int32_t, ndim=1, mode="c"] banned, int V):
-    cdef int i
+cdef tuple _greedy_out(cnp.ndarray x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
+    """The outputs of a greedy_rows call, (ids, probs), after checking the banned ids against the rows' V."""
+    cdef int i, V = x.shape[1]
+    out = _id_prob_rows(x.shape[0], V)
     for i in range(banned.shape[0]):
         if not 0 <= banned[i] < V or (i and banned[i] <= banned[i - 1]):
             raise ValueError(f"banned ids must be distinct, ascending and in [0, {V}); got {banned.tolist()}")
+    return out
 
 
 def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
@@ -359,8 +361,7 @@ def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int
     cdef const bn_kernels *k = _kernels(isa)
     cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
     cdef cnp.ndarray ids, probs
-    ids, probs = _id_prob_rows(R, V)
-    _check_banned(banned, V)
+    ids, probs = _greedy_out(x, banned)
     if R:
         with nogil:
             bn_greedy_rows(k, <const float *>x.data, R, V, <const int32_t *>banned.data, nb, <int64_t *>ids.data,

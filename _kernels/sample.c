@@ -12,12 +12,16 @@
  *          the ids before it, sum of w / total, is < top_p (so the top id always is)
  *   draw: q = w / (sum of w) over the kept ids in id order; the first id whose running sum of q reaches
  *          u * (the whole running sum), clamped to the last; its q is the probability returned.
- * Everything after the float32 logits is double, as in numpy; sums run in another order (numpy's are pairwise) and
- * two quotients are products by the reciprocal, so a cut or a draw can move only when it falls within ~1e-15 of a
- * boundary (never seen in the tests' thousands of draws).
+ * Everything after the float32 logits is double, as in numpy; sums run in another order (numpy's are pairwise),
+ * two quotients are products by the reciprocal, and the SIMD paths' exponential is within 1 ulp of libm's, so a
+ * cut or a draw can move only when it falls within ~1e-15 of a boundary (never seen in the tests' thousands of
+ * draws). The passes over the whole row (z and its max, the weights, the heavy weights) go through the kernel
+ * table where it has them (kernels.h: scale_row, exp_shifted, select_at_least); the plain loops here are their
+ * reference.
  * The nucleus is found without sorting the pool: the weights are binned by their binary exponent, and only the
  * ids of the bins whose mass reaches top_p (one more bin for rounding) are sorted (a stable radix sort: qsort's
- * callbacks took ~0.3 ms for the ~3,000 candidates of a flat row). */
+ * callbacks took ~0.3 ms for the ~3,000 candidates of a flat row). A banned (-inf) id stays in the pool with
+ * weight 0 when it is the only kind of non-finite entry, and never reaches the kept ids. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,10 +44,10 @@ static inline uint32_t descending_key(float x) {
 
 #define SMALL_SORT 32 /* up to this many keys, an insertion sort */
 
-/* Sorts ids[0, n) by key (ascending), stably (SMALL_SORT keys or fewer: by insertion): one pass counts all four 8-bit digits, then one scatter pass per
- * digit (skipped when every key has the same digit); ids travel with their keys through the spare arrays. Stable,
- * so ids that came in ascending order stay so among equal keys: x descending, ties by the lower id, as numpy's
- * stable argsort of -z. */
+/* Sorts ids[0, n) by key (ascending), stably: SMALL_SORT keys or fewer by insertion; more by radix, one pass
+ * counting all four 8-bit digits, then one scatter pass per digit (skipped when every key has the same digit), ids
+ * travelling with their keys through the spare arrays. Stable, so ids that came in ascending order stay so among
+ * equal keys: x descending, ties by the lower id, as numpy's stable argsort of -z. */
 static void radix_sort(uint32_t *key, int *ids, uint32_t *key2, int *ids2, int n) {
     if (n <= SMALL_SORT) { /* insertion: stable too, and no count arrays to clear */
         for (int i = 1; i < n; i++) {

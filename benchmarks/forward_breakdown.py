@@ -9,7 +9,8 @@
 an engine file or a Hub repo id, so a new demo model with other shapes needs no change here.
 
 The workload is the one a denoising step runs: after a committed prefill of --pos tokens, one UNcommitted
-forward of N tokens at position --pos (block attention, blocks of 32), logits of one row. Per N, each of
+forward of N tokens at position --pos (block attention, blocks of 32; --attention causal: causal, as a causal
+checkpoint's steps run), logits of one row. Per N, each of
 --repeats repetitions times --iters forwards three ways:
   python     Engine.forward (the product's call, with its argument checks), profiling off: "ms/forward"
   profiled   the same with the engine's development timer on (bn_engine_set_profile): per part, the
@@ -78,19 +79,21 @@ def run_ceiling(exe: str, threads: int) -> float:
     return float(re.search(r"int8 ceiling GMAC/s ([\d.]+)", out).group(1))
 
 
-def measure(engine, ids: np.ndarray, pos: int, n: int, repeats: int, iters: int, stat: str = "median") -> dict:
+def measure(engine, ids: np.ndarray, pos: int, n: int, repeats: int, iters: int, stat: str = "median",
+            attention: str = "block") -> dict:
     """µs per forward (median over the repetitions, or the fastest repetition): the Python call, the Cython
     call, and the C parts."""
     c = engine._c
     batch = np.ascontiguousarray(ids[pos:pos + n], dtype=np.int32)
     rows = np.array([n - 1], dtype=np.int32)
     out = np.empty((1, engine.vocab_size), dtype=np.float32)
+    block = attention == "block"
 
     def py():
-        engine.forward(batch, start=pos, commit=False, attention="block", block_size=BLOCK)
+        engine.forward(batch, start=pos, commit=False, attention=attention, block_size=BLOCK if block else 0)
 
     def cy():
-        c.forward(batch, pos, pos + n, 1, BLOCK, rows, out)
+        c.forward(batch, pos, pos + n, 1 if block else 0, BLOCK if block else 0, rows, out)
 
     for _ in range(max(10, iters // 5)):  # warm-up: caches, the pool's threads awake
         py()
@@ -158,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stat", choices=("median", "best"), default="median",
                     help="median over the repetitions (default), or the fastest repetition with all its parts: "
                          "the better estimate of a quiet machine's figures when other jobs share the CPU")
+    ap.add_argument("--attention", choices=("block", "causal"), default="block",
+                    help="the forwards' attention pattern (default: block, blocks of 32)")
     ap.add_argument("--pause-training", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -185,7 +190,7 @@ def main(argv=None) -> int:
            "cpu": re.search(r"Model name:\s*(.+)", subprocess.run(["lscpu"], capture_output=True, text=True).stdout)
            .group(1).strip(), "model": os.path.abspath(eng.file.path) if hasattr(eng.file, "path") else src,
            "config": cfg, "isa": eng.isa, "threads": eng.threads, "lm_head": eng.lm_head, "kv": eng.kv,
-           "pos": pos, "repeats": args.repeats, "iters": args.iters, "stat": args.stat,
+           "pos": pos, "attention": args.attention, "repeats": args.repeats, "iters": args.iters, "stat": args.stat,
            "load_average": os.getloadavg(), "macs_per_row": macs_per_row(cfg), "rows": {},
            "ceiling_tool": ceiling_tool(eng.isa)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,7 +200,7 @@ def main(argv=None) -> int:
         with TrainingPause(training_pid() if args.pause_training else None):
             ceil = [run_ceiling(exe, args.threads) for _ in range(3)]
             for n in ns:
-                res["rows"][n] = measure(eng, ids, pos, n, args.repeats, args.iters, args.stat)
+                res["rows"][n] = measure(eng, ids, pos, n, args.repeats, args.iters, args.stat, args.attention)
             ceil += [run_ceiling(exe, args.threads) for _ in range(3)]
     res["ceiling_runs_gmac_s"] = ceil
     res["ceiling_gmac_s"] = max(ceil)
@@ -204,7 +209,8 @@ def main(argv=None) -> int:
         r["ceiling_pct"] = 100 * r["gmac_s"] / res["ceiling_gmac_s"]
     print(f"{res['cpu']}, {res['threads']} threads, isa {res['isa']}, lm_head {res['lm_head']}, kv {res['kv']}; "
           f"{res['date']}, commit {res['commit']}")
-    print(f"model {cfg}; block of N rows at position {pos}, logits of 1 row; {args.stat} of {args.repeats} x "
+    print(f"model {cfg}; N rows at position {pos}, {args.attention} attention, logits of 1 row; "
+          f"{args.stat} of {args.repeats} x "
           f"{args.iters} forwards; int8 ceiling ({res['ceiling_tool']}) {ceil} GMAC/s (3 before, 3 after); load average "
           f"{res['load_average'][0]:.1f}")
     print(table(res))
