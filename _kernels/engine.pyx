@@ -213,8 +213,7 @@ cdef class CEngine:
         (rows_job.c): the same draws."""
         cdef int R = x.shape[0], V = x.shape[1], rc = 0
         cdef cnp.ndarray ids, probs
-        ids, probs = _id_prob_rows(R, V)
-        _check_draw(R, temperature, top_p, u)
+        ids, probs = _draw_out(x, temperature, top_p, u)
         if R:
             with nogil:
                 rc = bn_engine_sample_rows(self.e, <const float *>x.data, R, V, temperature, top_k, top_p,
@@ -382,11 +381,13 @@ def exp_shifted(str isa, cnp.ndarray[double, ndim=1, mode="c"] z, double top):
     return w, total
 
 
-cdef _check_draw(int R, double temperature, double top_p, cnp.ndarray u):
-    if u.shape[0] != R:
+cdef tuple _draw_out(cnp.ndarray x, double temperature, double top_p, cnp.ndarray u):
+    """The outputs of a sample_rows call, (ids, probs), after checking its settings and uniforms."""
+    if u.shape[0] != x.shape[0]:
         raise ValueError("one uniform per row")
     if not temperature > 0 or not 0 < top_p <= 1:
         raise ValueError("temperature must be > 0 and top_p in (0, 1]")
+    return _id_prob_rows(x.shape[0], x.shape[1])
 
 
 def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
@@ -397,8 +398,7 @@ def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperat
     cdef const bn_kernels *k = _kernels(isa)
     cdef int R = x.shape[0], V = x.shape[1], rc = 0
     cdef cnp.ndarray ids, probs
-    ids, probs = _id_prob_rows(R, V)
-    _check_draw(R, temperature, top_p, u)
+    ids, probs = _draw_out(x, temperature, top_p, u)
     if R:
         with nogil:
             rc = bn_sample_rows(k, <const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
