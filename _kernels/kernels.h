@@ -57,7 +57,7 @@ typedef struct {
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):
-     * max_first: the largest of x[0, n) (n >= 1) and *arg its first index (NaN entries are never the largest);
+     * max_first: the largest of x[0, n) (n >= 1) and *arg its first index (NaN logits: an entry in range);
      * expsum: sum_i exp(x_i - mx) with float32 exponentials summed in double (-inf entries add 0, or the SIMD
      * exponential's floor of ~1e-38). NULL: greedy.c's plain loops. */
     float (*max_first)(const float *x, int n, int *arg);

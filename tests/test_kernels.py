@@ -227,3 +227,14 @@ def test_greedy_rows_match_the_numpy_reference(isa, rows, vocab):
         assert got_ids[1] == 0 and abs(got_p[1] - 1 / vocab) < 1e-6 / vocab
     with pytest.raises(ValueError, match="banned ids"):
         _engine.greedy_rows(isa, x, np.array([vocab], dtype=np.int32))
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_greedy_rows_of_nan_logits_give_an_id_not_a_crash(isa):
+    """A broken model's NaN logits (all of a row, or some) still give an id in range and no crash, with a banned id
+    among them."""
+    x = np.full((3, 50), np.nan, dtype=np.float32)
+    x[1, 7] = 2.0                      # one finite entry among NaNs
+    x[2] = np.arange(50, dtype=np.float32)
+    x[2, ::3] = np.nan                 # NaNs among finite entries
+    ids, _ = _engine.greedy_rows(isa, x, np.array([4], dtype=np.int32))
+    assert ((ids >= 0) & (ids < 50)).all() and 4 not in ids.tolist(), ids
