@@ -75,7 +75,7 @@ int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end
 int bn_engine_greedy_rows(bn_engine *e, const float *x, int R, int V, const int32_t *banned, int n_banned,
                           int64_t *ids, double *probs);
 int bn_engine_sample_rows(bn_engine *e, const float *x, int R, int V, double temperature, int top_k, double top_p,
-                          const double *u, int64_t *ids, double *probs);
+                          const double *u, const int32_t *banned, int n_banned, int64_t *ids, double *probs);
 
 /* Development timing, off by default (one branch per stage when off). While on, every forward adds the
  * calling thread's wall time per part: the items it ran of each stage (the residual add of the previous

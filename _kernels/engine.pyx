@@ -53,7 +53,8 @@ cdef extern from "bitnet.h":
     int bn_engine_greedy_rows(bn_engine *e, const float *x, int R, int V, const int32_t *banned, int n_banned,
                               int64_t *ids, double *probs) nogil
     int bn_engine_sample_rows(bn_engine *e, const float *x, int R, int V, double temperature, int top_k,
-                              double top_p, const double *u, int64_t *ids, double *probs) nogil
+                              double top_p, const double *u, const int32_t *banned, int n_banned, int64_t *ids,
+                              double *probs) nogil
 
 
 cdef const void *_ptr(object arr, object dtype, object shape, str name) except NULL:
@@ -200,7 +201,7 @@ cdef class CEngine:
         (rows_job.c): the same ids and probabilities."""
         cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
         cdef cnp.ndarray ids, probs
-        ids, probs = _greedy_out(x, banned)
+        ids, probs = _rows_out(x, banned)
         if R:
             with nogil:
                 bn_engine_greedy_rows(self.e, <const float *>x.data, R, V, <const int32_t *>banned.data, nb,
@@ -208,16 +209,17 @@ cdef class CEngine:
         return ids, probs
 
     def sample_rows(self, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
-                    cnp.ndarray[double, ndim=1, mode="c"] u):
+                    cnp.ndarray[double, ndim=1, mode="c"] u, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
         """The module's sample_rows with this engine's kernel path, the rows shared between its threads
         (rows_job.c): the same draws."""
-        cdef int R = x.shape[0], V = x.shape[1], rc = 0
+        cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0], rc = 0
         cdef cnp.ndarray ids, probs
-        ids, probs = _draw_out(x, temperature, top_p, u)
+        ids, probs = _draw_out(x, temperature, top_p, u, banned)
         if R:
             with nogil:
                 rc = bn_engine_sample_rows(self.e, <const float *>x.data, R, V, temperature, top_k, top_p,
-                                           <const double *>u.data, <int64_t *>ids.data, <double *>probs.data)
+                                           <const double *>u.data, <const int32_t *>banned.data, nb,
+                                           <int64_t *>ids.data, <double *>probs.data)
         if rc:
             raise MemoryError("out of memory sampling the logits")
         return ids, probs
@@ -243,7 +245,7 @@ cdef extern from "kernels.h":
     void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
                         int64_t *ids, double *probs) nogil
     int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
-                       const double *u, int64_t *ids, double *probs) nogil
+                       const double *u, const int32_t *banned, int n_banned, int64_t *ids, double *probs) nogil
 
 
 cdef const bn_kernels *_kernels(str isa) except NULL:
@@ -342,8 +344,8 @@ cdef tuple _id_prob_rows(int R, int V):
     return np.empty(R, dtype=np.int64), np.empty(R, dtype=np.float64)
 
 
-cdef tuple _greedy_out(cnp.ndarray x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
-    """The outputs of a greedy_rows call, (ids, probs), after checking the banned ids against the rows' V."""
+cdef tuple _rows_out(cnp.ndarray x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
+    """The outputs of a greedy_rows or sample_rows call, (ids, probs), after checking the banned ids against V."""
     cdef int i, V = x.shape[1]
     out = _id_prob_rows(x.shape[0], V)
     for i in range(banned.shape[0]):
@@ -360,7 +362,7 @@ def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int
     cdef const bn_kernels *k = _kernels(isa)
     cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
     cdef cnp.ndarray ids, probs
-    ids, probs = _greedy_out(x, banned)
+    ids, probs = _rows_out(x, banned)
     if R:
         with nogil:
             bn_greedy_rows(k, <const float *>x.data, R, V, <const int32_t *>banned.data, nb, <int64_t *>ids.data,
@@ -381,28 +383,32 @@ def exp_shifted(str isa, cnp.ndarray[double, ndim=1, mode="c"] z, double top):
     return w, total
 
 
-cdef tuple _draw_out(cnp.ndarray x, double temperature, double top_p, cnp.ndarray u):
-    """The outputs of a sample_rows call, (ids, probs), after checking its settings and uniforms."""
+NO_IDS = np.zeros(0, dtype=np.int32)
+
+
+cdef tuple _draw_out(cnp.ndarray x, double temperature, double top_p, cnp.ndarray u, cnp.ndarray banned):
+    """The outputs of a sample_rows call, (ids, probs), after checking its settings, uniforms and banned ids."""
     if u.shape[0] != x.shape[0]:
         raise ValueError("one uniform per row")
     if not temperature > 0 or not 0 < top_p <= 1:
         raise ValueError("temperature must be > 0 and top_p in (0, 1]")
-    return _id_prob_rows(x.shape[0], x.shape[1])
+    return _rows_out(x, banned)
 
 
 def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
-                cnp.ndarray[double, ndim=1, mode="c"] u):
-    """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with the
-    uniforms u (R,): ids (R,) int64 and their probabilities (R,) float64, with the kernel path `isa` (sample.c;
-    decode/sampling.py Sampler._draw is the numpy reference). x is left alone."""
+                cnp.ndarray[double, ndim=1, mode="c"] u, cnp.ndarray[int32_t, ndim=1, mode="c"] banned=NO_IDS):
+    """(R, V) float32 logits -> one draw per row after temperature, top-k and top-p with the uniforms u (R,), the
+    ids `banned` (ascending, distinct, in [0, V)) taken as -inf: ids (R,) int64 and their probabilities (R,) float64,
+    with the kernel path `isa` (sample.c; decode/sampling.py Sampler._draw is the numpy reference). x is left
+    alone. One thread: CEngine.sample_rows shares the rows between an engine's threads."""
     cdef const bn_kernels *k = _kernels(isa)
-    cdef int R = x.shape[0], V = x.shape[1], rc = 0
+    cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0], rc = 0
     cdef cnp.ndarray ids, probs
-    ids, probs = _draw_out(x, temperature, top_p, u)
+    ids, probs = _draw_out(x, temperature, top_p, u, banned)
     if R:
         with nogil:
             rc = bn_sample_rows(k, <const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
-                                <int64_t *>ids.data, <double *>probs.data)
+                                <const int32_t *>banned.data, nb, <int64_t *>ids.data, <double *>probs.data)
     if rc:
         raise MemoryError("out of memory sampling the logits")
     return ids, probs

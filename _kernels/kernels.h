@@ -126,10 +126,10 @@ void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int
                     int64_t *ids, double *probs);
 
 /* sample.c: per row of x (R, V), one draw after temperature (> 0), top-k (0: off) and top-p (1: off) with the
- * uniform u[r] in [0, 1): the id and its probability under the final distribution (decode/sampling.py Sampler._draw
- * is the reference), the weights through k->exp_shifted when the table has it. Returns -1 when out of memory
- * (nothing written), else 0. */
+ * uniform u[r] in [0, 1), the n_banned ids `banned` (in [0, V)) taken as -inf: the id and its probability under the
+ * final distribution (decode/sampling.py Sampler._draw is the reference), the row's passes through the table's
+ * entries where it has them. x is left alone. Returns -1 when out of memory (nothing written), else 0. */
 int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
-                   const double *u, int64_t *ids, double *probs);
+                   const double *u, const int32_t *banned, int n_banned, int64_t *ids, double *probs);
 
 #endif

@@ -19,7 +19,7 @@ typedef struct {
     const bn_kernels *k;
     const float *x; /* (R, V) logit rows */
     int R, V;
-    const int32_t *banned; /* greedy: the ids left out */
+    const int32_t *banned; /* the ids taken as -inf */
     int n_banned;
     double temperature, top_p; /* sampling when temperature > 0, else greedy */
     int top_k;
@@ -37,8 +37,8 @@ static void rows_worker(void *arg, int thread, int n_threads) {
     for (int r; (r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->R;) {
         const float *row = j->x + (size_t)r * j->V;
         if (j->temperature > 0.0) {
-            if (bn_sample_rows(j->k, row, 1, j->V, j->temperature, j->top_k, j->top_p, j->u + r, j->ids + r,
-                               j->probs + r))
+            if (bn_sample_rows(j->k, row, 1, j->V, j->temperature, j->top_k, j->top_p, j->u + r, j->banned,
+                               j->n_banned, j->ids + r, j->probs + r))
                 atomic_store_explicit(&j->failed, 1, memory_order_relaxed);
         } else {
             bn_greedy_rows(j->k, row, 1, j->V, j->banned, j->n_banned, j->ids + r, j->probs + r);
@@ -64,8 +64,8 @@ int bn_engine_greedy_rows(bn_engine *e, const float *x, int R, int V, const int3
 }
 
 int bn_engine_sample_rows(bn_engine *e, const float *x, int R, int V, double temperature, int top_k, double top_p,
-                          const double *u, int64_t *ids, double *probs) {
-    rows_job j = {.x = x, .R = R, .V = V, .temperature = temperature, .top_k = top_k, .top_p = top_p, .u = u,
-                  .ids = ids, .probs = probs};
+                          const double *u, const int32_t *banned, int n_banned, int64_t *ids, double *probs) {
+    rows_job j = {.x = x, .R = R, .V = V, .banned = banned, .n_banned = n_banned, .temperature = temperature,
+                  .top_k = top_k, .top_p = top_p, .u = u, .ids = ids, .probs = probs};
     return run_rows(e, &j);
 }

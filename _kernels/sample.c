@@ -334,14 +334,23 @@ static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, doubl
 }
 
 int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
-                   const double *u, int64_t *ids, double *probs) {
+                   const double *u, const int32_t *banned, int n_banned, int64_t *ids, double *probs) {
     const size_t n = (size_t)V;
-    scratch s = {malloc(sizeof(double) * n), malloc(sizeof(double) * n), malloc(sizeof(double) * n),
-                 malloc(sizeof(int) * n), malloc(sizeof(int) * n), malloc(n), malloc(sizeof(uint32_t) * n),
-                 malloc(sizeof(uint32_t) * n), malloc(sizeof(int) * n), malloc(sizeof(int) * n), n};
-    const int ok = s.z && s.w && s.tmp && s.pool && s.kept && s.bin && s.key && s.key2 && s.cand && s.cand2;
-    for (int r = 0; ok && r < R; r++) {
+    /* one block for every scratch array: doubles first, then the 4-byte arrays, then the bytes */
+    char *block = malloc(n * (3 * sizeof(double) + 6 * sizeof(int) + sizeof(float) + 1));
+    if (!block) return -1;
+    double *d = (double *)block;
+    int *i4 = (int *)(d + 3 * n);
+    float *xrow = (float *)(i4 + 6 * n); /* a row with its banned ids set to -inf */
+    scratch s = {d, d + n, d + 2 * n, i4, i4 + n, (uint8_t *)(xrow + n), (uint32_t *)(i4 + 2 * n),
+                 (uint32_t *)(i4 + 3 * n), i4 + 4 * n, i4 + 5 * n, n};
+    for (int r = 0; r < R; r++) {
         const float *row = x + (size_t)r * V;
+        if (n_banned) { /* numpy's ban_ids, on a copy: the caller's rows are left alone */
+            memcpy(xrow, row, sizeof(float) * n);
+            for (int b = 0; b < n_banned; b++) xrow[banned[b]] = -INFINITY;
+            row = xrow;
+        }
         const double inv_t = 1.0 / temperature; /* a product, not numpy's quotient: at most 1 ulp apart, 3x faster */
         int n_neginf = 0, n_bad = 0;
         const double top = (k->scale_row ? k->scale_row : scale_row_ref)(row, V, inv_t, s.z, &n_neginf, &n_bad);
@@ -369,7 +378,6 @@ int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double tem
         ids[r] = s.kept[lo];
         probs[r] = s.w[lo] / sum;
     }
-    free(s.z); free(s.w); free(s.tmp); free(s.pool); free(s.kept); free(s.bin); free(s.key); free(s.key2);
-    free(s.cand); free(s.cand2);
-    return ok ? 0 : -1;
+    free(block);
+    return 0;
 }

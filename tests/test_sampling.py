@@ -9,10 +9,11 @@ from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, rep
                                  top_k_filter, top_p_filter)
 
 
-def c_draws(rows, temperature, top_k, top_p, uniforms, isa=""):
+def c_draws(rows, temperature, top_k, top_p, uniforms, banned=(), isa=""):
     """The engine's draw (_kernels/sample.c), as Engine.sample_rows calls it (isa "": this CPU's kernel path)."""
     return _engine.sample_rows(isa, np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
-                               float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64))
+                               float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64),
+                               np.array(sorted(set(banned)), dtype=np.int32))
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative_once_per_id():
@@ -156,7 +157,7 @@ def test_the_c_draw_is_the_numpy_draw(vocab, temperature, top_k, top_p, isa):
         u = np.random.default_rng(9).random(len(x))
         ref = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=9)  # draws the same uniforms
         want = [ref._draw(row.astype(np.float64) / temperature) for row in x]
-        ids, probs = c_draws(x, temperature, top_k, top_p, u, isa)
+        ids, probs = c_draws(x, temperature, top_k, top_p, u, isa=isa)
         assert ids.tolist() == [i for i, _ in want], spread
         np.testing.assert_allclose(probs, [p for _, p in want], rtol=1e-12, atol=0)
 
@@ -191,7 +192,7 @@ def test_nan_logits_give_an_id_not_a_crash(isa):
     x = np.full((3, 50), np.nan, dtype=np.float32)
     x[1, 7] = 2.0  # one finite entry among NaNs
     for top_k, top_p in ((0, 0.9), (5, 1.0), (0, 1.0)):
-        ids, probs = c_draws(x, 0.7, top_k, top_p, np.full(3, 0.5), isa)
+        ids, probs = c_draws(x, 0.7, top_k, top_p, np.full(3, 0.5), isa=isa)
         assert ((ids >= 0) & (ids < 50)).all(), ids
 
 
@@ -205,7 +206,7 @@ def test_an_infinite_logit_is_dropped_as_numpy_drops_it(isa, top_p):
     u = np.random.default_rng(6).random(len(x))
     ref = Sampler(temperature=0.8, top_p=top_p, seed=6)
     want = [ref._draw(row.astype(np.float64) / 0.8) for row in x]
-    ids, _ = c_draws(x, 0.8, 0, top_p, u, isa)
+    ids, _ = c_draws(x, 0.8, 0, top_p, u, isa=isa)
     assert ids.tolist() == [i for i, _ in want] and 17 not in ids.tolist()
 
 
@@ -221,10 +222,32 @@ def test_a_banned_id_is_never_drawn_even_by_a_zero_uniform(isa):
             ref = Sampler(temperature=1.0, top_p=top_p, seed=0)
             ref.rng = type("Zero", (), {"random": staticmethod(lambda: 0.0)})()  # _draw's uniform: 0
             want = [ref._draw(row.astype(np.float64)) for row in x]
-            ids, probs = c_draws(x, 1.0, 0, top_p, np.zeros(2), isa)
+            ids, probs = c_draws(x, 1.0, 0, top_p, np.zeros(2), isa=isa)
             assert ids.tolist() == [i for i, _ in want], (spread, top_p)
             assert not set(ids.tolist()) & {0, 1, 40}
             np.testing.assert_allclose(probs, [p for _, p in want], rtol=1e-12)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_banned_ids_given_to_the_c_draw_are_the_same_as_minus_infinity(isa):
+    """The draw takes the banned ids as a list (no numpy copy of the rows to set them): the same ids and
+    probabilities as rows with those ids at -inf, the caller's rows left alone, with and without top-k and top-p,
+    also when a banned id holds the largest logit."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((6, 700)) * 3).astype(np.float32)
+    x[0, 5] = 40.0  # the row's winner, banned
+    banned = [0, 5, 6, 699]
+    u = rng.random(len(x))
+    masked = x.copy()
+    masked[:, banned] = -np.inf
+    before = x.copy()
+    for temperature, top_k, top_p in ((0.7, 0, 0.9), (1.0, 0, 1.0), (0.8, 30, 0.95)):
+        got = c_draws(x, temperature, top_k, top_p, u, banned=banned, isa=isa)
+        want = c_draws(masked, temperature, top_k, top_p, u, isa=isa)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert not set(got[0].tolist()) & set(banned)
+    np.testing.assert_array_equal(x, before)
 
 
 @pytest.mark.parametrize("isa", PATHS)

@@ -95,7 +95,8 @@ class Sampler:
         Engine.greedy_rows, which bans ids without copying the rows) for the greedy choice over several rows;
         None = this module's numpy one.
         sample_kernel: the same for the random draw, called (rows (R, V) float32, temperature, top_k, top_p,
-        uniforms (R,)) -> (ids, probs) with the draws of _draw (e.g. Engine.sample_rows); None = _draw."""
+        uniforms (R,), banned ids) -> (ids, probs) with the draws of _draw, the banned ids taken as -inf and the
+        rows left alone (e.g. Engine.sample_rows); None = _draw."""
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, not {temperature}")
         if not 0 < top_p <= 1:
@@ -131,25 +132,27 @@ class Sampler:
     def __call__(self, logits: np.ndarray, context_ids=None):
         # Same maths as distribution() + an inverse-CDF draw, but without sorting the whole vocabulary:
         # the draw only looks at the few ids that can win (see _candidates). Greedy runs on all rows at
-        # once (a diffusion step samples up to a sub-block of rows over a 128k vocabulary), and bans the
-        # ids itself unless a penalty changes the logits first.
-        if self.greedy and self.repetition_penalty == 1.0:
-            tokens, probs = self.greedy_rows(logits.reshape(-1, logits.shape[-1]), self._banned)
-            return (int(tokens[0]), float(probs[0])) if logits.ndim == 1 else (tokens, probs)
-        x = ban_ids(logits, self.banned_ids)  # a float32 copy: the caller's array is left alone
-        if self.repetition_penalty != 1.0:
-            x = repetition_penalty(x, context_ids, self.repetition_penalty)
-        rows = x.reshape(-1, x.shape[-1])
+        # once (a diffusion step samples up to a sub-block of rows over a 128k vocabulary). The kernels
+        # ban the ids themselves (no copy of the rows) unless a penalty changes the logits first.
+        kernel = self.greedy or self.sample_rows is not None
+        if kernel and self.repetition_penalty == 1.0:  # the kernels ban the ids themselves: no copy
+            rows, banned = logits.reshape(-1, logits.shape[-1]), self._banned
+        else:
+            x = ban_ids(logits, self.banned_ids)  # a float32 copy: the caller's array is left alone
+            if self.repetition_penalty != 1.0:
+                x = repetition_penalty(x, context_ids, self.repetition_penalty)
+            rows, banned = x.reshape(-1, x.shape[-1]), ()
         if self.greedy:
-            tokens, probs = self.greedy_rows(rows)
+            tokens, probs = self.greedy_rows(rows, banned)
         elif self.sample_rows is not None:  # one uniform per row, in row order, as _draw takes them
-            tokens, probs = self.sample_rows(rows, self.temperature, self.top_k, self.top_p, self.rng.random(len(rows)))
+            tokens, probs = self.sample_rows(rows, self.temperature, self.top_k, self.top_p,
+                                             self.rng.random(len(rows)), banned)
         else:
             tokens = np.empty(len(rows), dtype=np.int64)
             probs = np.empty(len(rows), dtype=np.float64)
             for r, row in enumerate(rows):
                 tokens[r], probs[r] = self._draw(row.astype(np.float64) / self.temperature)
-        if x.ndim == 1:
+        if logits.ndim == 1:
             return int(tokens[0]), float(probs[0])
         return tokens, probs
 

@@ -111,14 +111,14 @@ class Engine:
         with self._lock:  # the rows run on the engine's threads, which a forward must not be using
             return self._c.greedy_rows(x, banned_array(banned))
 
-    def sample_rows(self, rows: np.ndarray, temperature: float, top_k: int, top_p: float,
-                    uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(R, V) float32 logits (banned ids -inf) -> one draw per row after temperature, top-k and top-p with
-        the uniforms (R,) in [0, 1): ids (R,) int64 and their probabilities (R,) float64 (_kernels/sample.c;
-        decode/sampling.py Sampler._draw is the numpy reference; rows are left alone)."""
+    def sample_rows(self, rows: np.ndarray, temperature: float, top_k: int, top_p: float, uniforms: np.ndarray,
+                    banned=()) -> tuple[np.ndarray, np.ndarray]:
+        """(R, V) float32 logits, the `banned` ids taken as -inf -> one draw per row after temperature, top-k and
+        top-p with the uniforms (R,) in [0, 1): ids (R,) int64 and their probabilities (R,) float64
+        (_kernels/sample.c; decode/sampling.py Sampler._draw is the numpy reference; rows are left alone)."""
         x, u = np.ascontiguousarray(rows, dtype=np.float32), np.ascontiguousarray(uniforms, dtype=np.float64)
         with self._lock:  # as greedy_rows
-            return self._c.sample_rows(x, float(temperature), int(top_k), float(top_p), u)
+            return self._c.sample_rows(x, float(temperature), int(top_k), float(top_p), u, banned_array(banned))
 
     def forward(self, tokens, *, start: int | None = None, commit: bool = True, attention: str = "causal",
                 block_size: int = 0, kv_end: int | None = None, rows=None) -> np.ndarray:
