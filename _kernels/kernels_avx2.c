@@ -410,17 +410,18 @@ static inline __attribute__((always_inline)) void scores8(const float *q, int hd
     }
 }
 
-/* max of row (n floats; -inf when n = 0), in four running maxima (one would wait for each max before the next) */
+/* max of row (n floats; -inf when n = 0 or every entry is NaN: a NaN entry keeps the running max, as the scalar
+ * `x > mx ? x : mx` does), in four running maxima (one would wait for each max before the next) */
 static float row_max(const float *row, int n) {
     __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     int s = 0;
-    for (; s + 32 <= n; s += 32) {
-        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + s));
-        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(row + s + 8));
-        m2 = _mm256_max_ps(m2, _mm256_loadu_ps(row + s + 16));
-        m3 = _mm256_max_ps(m3, _mm256_loadu_ps(row + s + 24));
+    for (; s + 32 <= n; s += 32) { /* max_ps(a, b) is b when either is NaN: the entry goes first */
+        m0 = _mm256_max_ps(_mm256_loadu_ps(row + s), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(row + s + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(row + s + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(row + s + 24), m3);
     }
-    for (; s + 8 <= n; s += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + s));
+    for (; s + 8 <= n; s += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(row + s), m0);
     float buf[8];
     _mm256_storeu_ps(buf, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
     float mx = buf[0];
@@ -650,23 +651,12 @@ static void silu_mul(const float *g, const float *u, float *out, int n) {
     }
 }
 
-/* The greedy confidence (kernels.h): the largest of a row in four running maxima, then its first index; the
- * float32 exponentials (exp_nonpos, as the attention's softmax) summed in double, sixteen at a time in four sums. */
+/* The greedy confidence (kernels.h): the largest of a row (row_max), then its first index; the float32
+ * exponentials (exp_nonpos, as the attention's softmax) summed in double, sixteen at a time in four sums. */
 static float max_first(const float *x, int n, int *arg) {
-    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0); /* a NaN entry keeps the running max */
-        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
-        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
-        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
-    }
-    float lanes[8], mx = -INFINITY;
-    _mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
-    for (int j = 0; j < 8; j++) mx = lanes[j] > mx ? lanes[j] : mx;
-    for (int j = i; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    const float mx = row_max(x, n);
     const __m256 vmx = _mm256_set1_ps(mx);
-    int a = 0;
+    int i, a;
     for (i = 0; i + 8 <= n; i += 8) { /* the first index holding the max */
         const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vmx, _CMP_EQ_OQ));
         if (hit) {

@@ -225,7 +225,8 @@ static int select_at_least_ref(const double *w, int n, double t, int *out) {
 }
 
 /* The kept ids of one row (ascending) into s->kept with their weights in s->w (indexed like kept); returns how
- * many. x is the row, s->z its z; top is z's largest entry (in every pool), n_finite how many of them are finite. */
+ * many. x is the row, s->z its z; top is z's largest entry (in every pool); n_finite and n_neginf count its
+ * finite and its -inf entries. */
 static int keep_ids(const bn_kernels *k, scratch *s, const float *x, int V, int top_k, double top_p, double top,
                     int n_finite, int n_neginf) {
     const double *z = s->z;

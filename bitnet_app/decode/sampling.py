@@ -134,8 +134,8 @@ class Sampler:
         # the draw only looks at the few ids that can win (see _candidates). Greedy runs on all rows at
         # once (a diffusion step samples up to a sub-block of rows over a 128k vocabulary). The kernels
         # ban the ids themselves (no copy of the rows) unless a penalty changes the logits first.
-        kernel = self.greedy or self.sample_rows is not None
-        if kernel and self.repetition_penalty == 1.0:  # the kernels ban the ids themselves: no copy
+        bans_itself = self.greedy or self.sample_rows is not None  # greedy_rows (numpy's too) and the C draw
+        if bans_itself and self.repetition_penalty == 1.0:  # no copy of the rows here
             rows, banned = logits.reshape(-1, logits.shape[-1]), self._banned
         else:
             x = ban_ids(logits, self.banned_ids)  # a float32 copy: the caller's array is left alone
