@@ -13,11 +13,6 @@ from ..units import format_bytes
 from . import export, sources, state
 from .stats import MODE_LABELS
 
-ISA_LABELS = {"avx512-vnni": "AVX512-VNNI", "avx512": "AVX512-VNNI", "avxvnni": "AVX-VNNI", "avx2": "AVX2",
-              "avxvnni-emulated": "AVX-VNNI (emulated in AVX2)", "amx": "AMX + AVX512-VNNI",
-              "amx-emulated": "AMX (emulated in C)", "portable": "portable C"}
-
-
 def _clear_chat() -> None:
     st.session_state.messages = []
 
@@ -194,12 +189,11 @@ def _count(n: int) -> str:
 
 def model_info(model, label: str) -> None:
     info = model.info()
-    isa = ISA_LABELS.get(str(info.get("isa")).lower(), str(info.get("isa")))
     with st.sidebar:
         with st.expander("Model info", icon=":material/memory:"):
             rows = [("Model", label), ("Parameters", _count(int(info["parameters"]))),
                     ("Model file", format_bytes(int(info["file_bytes"]))),
-                    ("Kernel path", isa), ("Threads", str(info.get("threads"))),
+                    ("Kernel path", info["isa_label"]), ("Threads", str(info.get("threads"))),
                     ("Context", f"{info.get('context')} tokens"),
                     ("RAM", f"{format_bytes(_rss_bytes())} used of {format_bytes(_total_ram())}"),
                     ("Diffusion-trained", "yes" if info.get("trained_for_diffusion") else "no")]
