@@ -293,7 +293,7 @@ def test_bad_input_raises_clear_errors(tiny):
 def test_forward_releases_the_gil(tiny):
     """A Python thread keeps running while a long forward is in C (the Streamlit server must not freeze)."""
     ef, _ = tiny
-    eng = Engine(ef, threads=1, isa="portable")
+    eng = Engine(ef, threads=1, isa=kernel_paths.PORTABLE)
     ids = ids_for(ef, 200, seed=7)
     ticks = []
     stop = threading.Event()
