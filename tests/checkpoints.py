@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from bitnet_app.checkpoint.synthetic import BITNET_CHAT_TEMPLATE  # 2B-4T's chat template
+from bitnet_app.text.chat import BITNET_CHAT_TEMPLATE  # 2B-4T's chat template
 
 BOS, EOS, EOT, MASK = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "|<MASK>|"
 

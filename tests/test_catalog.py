@@ -8,11 +8,12 @@ from bitnet_app.engine.file import EngineFile
 from bitnet_app.ui import sources
 
 
-def _entry_of_shape(name, family, tied):
+def _entry_of_shape(name, family):
     s = SHAPES[name]
-    return catalog.Entry(name, name, family, s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"],
-                         s["num_attention_heads"], s["num_key_value_heads"], s["head_dim"], s["vocab_size"],
-                         s["max_position_embeddings"], tied, "packed", True)
+    return catalog.Entry(name, name, family, hidden=s["hidden_size"], intermediate=s["intermediate_size"],
+                         layers=s["num_hidden_layers"], heads=s["num_attention_heads"],
+                         kv_heads=s["num_key_value_heads"], head_dim=s["head_dim"], vocab=s["vocab_size"],
+                         context=s["max_position_embeddings"], weights="packed", chat=True)
 
 
 def test_the_arithmetic_is_the_engine_files(tmp_path):
@@ -20,7 +21,9 @@ def test_the_arithmetic_is_the_engine_files(tmp_path):
     for the same shape (tiny Llama and BitNet shapes, written by the synthetic writer), up to tile padding."""
     for shape, family, tied in (("tiny-llama", "llama", False), ("tiny", "bitnet", True)):
         ef = EngineFile(write_synthetic_engine_file(str(tmp_path / f"{shape}.bitnet"), shape=shape))
-        n = catalog.needs(_entry_of_shape(shape, family, tied), roof_gb_s=10.0)
+        entry = _entry_of_shape(shape, family)
+        assert entry.tied == tied                                          # the family's rule (families.py)
+        n = catalog.needs(entry, roof_gb_s=10.0)
         real = bytes_per_token(ef, "int8")
         assert abs(n.bytes_per_token - real) <= 0.01 * real                # the head's rows padded to 16
         tensors = sum(int(t.nbytes) for t in ef.tensors.values())
@@ -29,7 +32,8 @@ def test_the_arithmetic_is_the_engine_files(tmp_path):
 
 
 def test_the_real_shapes_agree_with_the_fact_sheet():
-    """reference/model-families.md section 5: body parameters and bytes read per token (int8 head)."""
+    """The team's shared reference on model families (not in this repository), section 5: body parameters and
+    bytes read per token (int8 head)."""
     body = {"tiiuae/Falcon3-1B-Instruct-1.58bit": 1.13e9, "tiiuae/Falcon3-7B-Instruct-1.58bit": 6.65e9,
             "HF1BitLLM/Llama3-8B-1.58-100B-tokens": 6.98e9, "microsoft/bitnet-b1.58-2B-4T": 2.08e9,
             "1bitLLM/bitnet_b1_58-large": 0.68e9}

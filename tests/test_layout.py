@@ -16,7 +16,9 @@ PACKAGE = os.path.join(REPO, "bitnet_app")
 FORBIDDEN = {
     "ui": {"checkpoint", "engine", "_engine"},  # the page draws; it calls source, model, params, decode events
     "engine": {"checkpoint", "source", "model", "decode", "text", "ui", "params"},
-    "checkpoint": {"source", "model", "decode", "text", "ui"},
+    # checkpoint may call text's checks: a tokenizer or chat template is refused at conversion by the code that uses it
+    "checkpoint": {"source", "model", "decode", "ui"},
+    "text": {"checkpoint", "engine", "source", "model", "decode", "ui", "params", "catalog"},  # a leaf: text alone
     "decode": {"checkpoint", "engine", "source", "model", "text", "ui"},
     "params": {"checkpoint", "engine", "source", "model", "decode", "text", "ui", "units", "demo"},
     "source": {"model", "decode", "text", "ui"},
