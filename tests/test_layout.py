@@ -161,7 +161,8 @@ def test_no_block_of_six_lines_is_written_twice():
     assert not repeats, "repeated blocks: " + "; ".join(repeats)
 
 
-@pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar", "vs_bitnet_cpp"])
+@pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar", "vs_bitnet_cpp", "sampled_decoding",
+                                  "logit_rows"])
 def test_benchmarks_are_modules_of_the_checkout(name):
     """`python -m benchmarks.<name>` from the repository root: importable, with no sys.path edits."""
     import importlib

@@ -87,9 +87,9 @@ class _Reply:
 class _Run:
     """One reply: the engine calls, the block bookkeeping and the figures (work time excludes yields)."""
 
-    def __init__(self, engine, prompt, sampler, reply, B, S, threshold, attention, mask, dual_cache, kv_ids):
+    def __init__(self, engine, prompt, sampler, reply, B, threshold, attention, mask, dual_cache, kv_ids):
         self.engine, self.prompt, self.sampler, self.reply = engine, prompt, sampler, reply
-        self.B, self.S, self.threshold, self.attention, self.mask = B, S, threshold, attention, mask
+        self.B, self.threshold, self.attention, self.mask = B, threshold, attention, mask
         self.causal = attention == "causal"
         self.dual_cache, self.kv_ids = dual_cache, kv_ids
         self.fresh = 0  # causal attention: the block's leading slots whose scratch K/V are those of their final ids
@@ -206,7 +206,7 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
     check_prompt_fits(len(prompt), engine.ctx)
     budget = min(int(max_new_tokens), engine.ctx - len(prompt))
     reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
-    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, mask_id, dual_cache, kv_ids)
+    run = _Run(engine, prompt, sampler, reply, B, thr, attention, mask_id, dual_cache, kv_ids)
     mask, clock = run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.
