@@ -152,7 +152,7 @@ class Model:
         """Drop the oldest turns (system prompt kept) so the prompt + max_new_tokens fits the context."""
         return chat.trim_history(messages, lambda m: len(self.chat_ids(m)), self.engine.ctx, max_new_tokens)
 
-    # ---- forward ---------------------------------------------------------------------------
+    # ---- logits: one fresh causal forward of the engine ------------------------------------
     def _check_ids(self, ids) -> list[int]:
         """ids as a list of ints; a fraction, a bool or a string is refused, never truncated or coerced."""
         if isinstance(ids, (str, bytes)):

@@ -97,7 +97,8 @@ class _Run:
         self.busy = self.ttft = 0.0
         self.engine_s = self.step_s = self.step_engine_s = 0.0  # where the time goes (see _stats)
 
-    def forward(self, tokens, start, commit, rows, kv_end=None):
+    def engine_call(self, tokens, start, commit, rows, kv_end=None):
+        """One engine.forward, counted (stats "forwards") and timed, with the committed ids recorded."""
         self.forwards += 1
         t = time.perf_counter()
         logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
@@ -126,7 +127,7 @@ class _Run:
         its last row predicts."""
         n_full = len(self.prompt) // self.B * self.B
         if n_full:
-            logits = self.forward(self.prompt[:n_full], 0, True, [n_full - 1])
+            logits = self.engine_call(self.prompt[:n_full], 0, True, [n_full - 1])
             if n_full == len(self.prompt):
                 return n_full, [self.sample_one(logits[0])], 0
         tail = list(self.prompt[n_full:])
@@ -155,8 +156,8 @@ class _Run:
         t0, engine_before = time.perf_counter(), self.engine_s
         masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
         q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, masked)
-        logits = self.forward(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
-                              kv_end=None if kv_end is None else block_start + kv_end)
+        logits = self.engine_call(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
+                                  kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
         tokens, probs = self.sampler(logits, self.context())
         fill = _choose(masked, tokens.tolist(), probs.tolist(), self.threshold, self.causal)
@@ -176,7 +177,7 @@ class _Run:
             self.engine.keep_scratch(block_start + keep)
             self.record_committed(block_start, block[:keep])
         self.fresh = 0
-        return self.forward(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
+        return self.engine_call(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
 
     def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
         """Token events for the block's slots that became final in order, from slot `emitted` on."""
