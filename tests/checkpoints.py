@@ -167,6 +167,20 @@ def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear"
     return truth
 
 
+def edit_json(folder, name, **changes):
+    """Set keys of the JSON object in folder/name; a value of None removes the key."""
+    path = os.path.join(folder, name)
+    with open(path) as f:
+        obj = json.load(f)
+    for k, v in changes.items():
+        if v is None:
+            obj.pop(k, None)
+        else:
+            obj[k] = v
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
 def _dump(folder, name, obj):
     with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2)

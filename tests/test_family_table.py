@@ -1,10 +1,9 @@
 """checkpoint/families.py: the one record per model family that the config reader, the converter, the synthetic
 shapes and the catalog all follow."""
 import dataclasses
-import json
-import os
 
 import pytest
+from checkpoints import edit_json
 
 from bitnet_app import catalog
 from bitnet_app.checkpoint import families
@@ -59,12 +58,8 @@ def test_a_new_family_is_one_record(make_ckpt, engine_path, monkeypatch):
     following the record's rules. The record copies BitNet's rules under another name, so code that still
     asked for the name "bitnet" would treat it as a Llama (divide, completion) and fail here."""
     folder, _ = make_ckpt("newfam", linear_class=None, chat_template=None)
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = json.load(f)
-    cfg.update(architectures=["TernaryForCausalLM"], model_type="ternary")
-    cfg.pop("quantization_config", None)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    edit_json(folder, "config.json", architectures=["TernaryForCausalLM"], model_type="ternary",
+              quantization_config=None)
     with pytest.raises(NotBitNet):
         read_model_config(folder)
 
