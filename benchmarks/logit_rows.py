@@ -5,7 +5,7 @@
 The block (block attention, block size 32) sits at position 128 of a random context and is not committed;
 each case asks for other rows: all 32 (no trim), 7 (a denoising step's masked slots), 1 (a block commit), 8
 in the tail; and one single-token call beside them. Prints the fastest of 5 x 300 calls per case, in ms. To
-compare two builds run it once per build with PYTHONPATH set to each checkout, alternating (BENCHMARKS.md,
+compare two builds run it once per build with PYTHONPATH set to each checkout, alternating (HISTORY.md,
 "The last layer for the logit rows only").
 """
 import argparse

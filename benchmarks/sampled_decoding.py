@@ -8,7 +8,7 @@ the demo model's own generation_config), the first --limit "skills" prompts of t
 message through the chat template, decoded once; prints one line per mode and setting: tokens, tokens/s
 (all tokens over the decoders' own total_s) and, for diffusion, ms per denoising step. To compare two builds
 run it once per build with PYTHONPATH set to each checkout, alternating (the machine's speed drifts). Raw
-outputs of such runs: benchmarks/results/text/2026-11-25-sampled-decoding-demo-ab*.txt (BENCHMARKS.md, "Random
+outputs of such runs: benchmarks/results/text/2026-11-25-sampled-decoding-demo-ab*.txt (HISTORY.md, "Random
 draws in C").
 """
 import argparse
