@@ -3,7 +3,7 @@ import os
 
 import streamlit as st
 
-from bitnet_app.ui import (chat_view, compare_view, first_run, loading, model_picker, sidebar, state, style,
+from bitnet_app.ui import (chat_view, compare_view, first_run, loading, model_choices, sidebar, state, style,
                            suggestions)
 
 # The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
@@ -24,7 +24,7 @@ except loading.LoadFailure as failure:
     first_run.show_failure(failure, source.label)
 if fell_back is not None:
     first_run.show_fallback(fell_back, source.label, busy)
-running = model_picker.demo_source() if fell_back is not None else source  # the model that actually runs
+running = model_choices.demo_source() if fell_back is not None else source  # the model that actually runs
 model_label = running.label
 
 model = loaded.model
@@ -42,7 +42,7 @@ if str(model.info().get("isa")).lower() == "portable":
 
 view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, required=True,
                             label_visibility="collapsed")
-prompts = suggestions.for_folder(model_picker.folder_of(running))
+prompts = suggestions.for_folder(model_choices.folder_of(running))
 if view == "Compare":
     compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)), prompts)
 else:

@@ -5,7 +5,7 @@ from bitnet_app import catalog
 from bitnet_app.bench import bytes_per_token
 from bitnet_app.checkpoint.synthetic import SHAPES, write_synthetic_engine_file
 from bitnet_app.engine.file import EngineFile
-from bitnet_app.ui import model_picker
+from bitnet_app.ui import model_choices
 
 
 def _entry_of_shape(name, family):
@@ -53,18 +53,18 @@ def test_the_real_shapes_agree_with_the_fact_sheet():
 
 
 def test_picker_lists_every_family_with_its_needs_and_warns_when_memory_is_short():
-    labels = model_picker.choices()
-    assert labels[0] == model_picker.DEFAULT_REPO and all(r in labels for r in catalog.ENTRIES)
+    labels = model_choices.choices()
+    assert labels[0] == model_choices.DEFAULT_REPO and all(r in labels for r in catalog.ENTRIES)
     e = catalog.ENTRIES["tiiuae/Falcon3-7B-Instruct-1.58bit"]
-    line = model_picker.needs_line(e, roof_gb_s=20.0, free_ram=64 << 30)
+    line = model_choices.needs_line(e, roof_gb_s=20.0, free_ram=64 << 30)
     n = catalog.needs(e, 20.0)
     assert "3.3 GB download" in line and f"~{n.expected_tok_s:.0f} tokens/s" in line and "⚠" not in line
-    short = model_picker.needs_line(e, roof_gb_s=20.0, free_ram=1 << 30)
+    short = model_choices.needs_line(e, roof_gb_s=20.0, free_ram=1 << 30)
     assert "⚠" in short and "1.1 GB of memory free" in short
-    base = model_picker.needs_line(catalog.ENTRIES["1bitLLM/bitnet_b1_58-large"], roof_gb_s=None, free_ram=64 << 30)
+    base = model_choices.needs_line(catalog.ENTRIES["1bitLLM/bitnet_b1_58-large"], roof_gb_s=None, free_ram=64 << 30)
     assert "completion" in base and "tokens/s" not in base
-    src = model_picker.resolve("tiiuae/Falcon3-1B-Instruct-1.58bit")
-    assert src.kind == "hub" and "Falcon3 1B" in model_picker.describe(src, 20.0)
+    src = model_choices.resolve("tiiuae/Falcon3-1B-Instruct-1.58bit")
+    assert src.kind == "hub" and "Falcon3 1B" in model_choices.describe(src, 20.0)
 
 
 def test_read_roof_is_measured():
