@@ -20,11 +20,10 @@ import json
 import sys
 import time
 
+from .checkpoint.shapes import SHAPES
 from .engine import kernel_paths
 
-# checkpoint/synthetic.py SHAPES (named here so the parser is built without importing numpy)
-SYNTHETIC_SHAPES = ("2b4t", "falcon3-1b", "falcon3-3b", "falcon3-7b", "falcon3-10b", "llama3-8b", "bitnet-3b", "tiny",
-                    "tiny-llama", "tiny-1bitllm")
+SYNTHETIC_SHAPES = tuple(SHAPES)   # the shapes of `bench --synthetic` (plain data, not the writer: synthetic.py)
 
 
 def _progress_printer(label: str):

@@ -19,6 +19,7 @@ import numpy as np
 from .decode.ar import generate_ar
 from .checkpoint.config import ternary_weight_count
 from .decode.context import ContextOverflow, check_prompt_fits
+from .decode.diffusion import generate_diffusion
 from .decode.events import Done
 from .decode.sampling import Sampler
 from .engine.file import EngineFile
@@ -155,7 +156,7 @@ class Model:
         """Drop the oldest turns (system prompt kept) so the prompt + max_new_tokens fits the context."""
         return chat.trim_history(messages, lambda m: len(self.chat_ids(m)), self.engine.ctx, max_new_tokens)
 
-    # ---- forward ---------------------------------------------------------------------------
+    # ---- logits: one fresh causal forward of the engine ------------------------------------
     def _check_ids(self, ids) -> list[int]:
         """ids as a list of ints; a fraction, a bool or a string is refused, never truncated or coerced."""
         if isinstance(ids, (str, bytes)):
@@ -205,7 +206,7 @@ class Model:
                       detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids)
         if p.mode == "ar":
             return self._exclusive(generate_ar(self.engine, ids, **common))
-        return self._exclusive(_diffusion_generator()(
+        return self._exclusive(generate_diffusion(
             self.engine, ids, **common, block_size=p.block_size, sub_block_size=p.sub_block_size,
             threshold=p.threshold, attention=p.attention, mask_id=p.mask_id, dual_cache=p.dual_cache))
 
@@ -238,12 +239,3 @@ class Model:
                 return list(ev.ids)
         raise RuntimeError("the decoder ended without a Done event")
 
-
-def _diffusion_generator():
-    """decode/diffusion.py is written separately; import it only when the mode is asked for."""
-    try:
-        from .decode import diffusion
-    except ImportError as exc:
-        raise NotImplementedError("block diffusion decoding is not available in this build "
-                                  f"(bitnet_app/decode/diffusion.py: {exc}); use mode='ar'") from exc
-    return diffusion.generate_diffusion

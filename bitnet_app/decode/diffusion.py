@@ -87,9 +87,9 @@ class _Reply:
 class _Run:
     """One reply: the engine calls, the block bookkeeping and the figures (work time excludes yields)."""
 
-    def __init__(self, engine, prompt, sampler, reply, B, S, threshold, attention, mask, dual_cache, kv_ids):
+    def __init__(self, engine, prompt, sampler, reply, B, threshold, attention, mask, dual_cache, kv_ids):
         self.engine, self.prompt, self.sampler, self.reply = engine, prompt, sampler, reply
-        self.B, self.S, self.threshold, self.attention, self.mask = B, S, threshold, attention, mask
+        self.B, self.threshold, self.attention, self.mask = B, threshold, attention, mask
         self.causal = attention == "causal"
         self.dual_cache, self.kv_ids = dual_cache, kv_ids
         self.fresh = 0  # causal attention: the block's leading slots whose scratch K/V are those of their final ids
@@ -97,7 +97,8 @@ class _Run:
         self.busy = self.ttft = 0.0
         self.engine_s = self.step_s = self.step_engine_s = 0.0  # where the time goes (see _stats)
 
-    def forward(self, tokens, start, commit, rows, kv_end=None):
+    def engine_call(self, tokens, start, commit, rows, kv_end=None):
+        """One engine.forward, counted (stats "forwards") and timed, with the committed ids recorded."""
         self.forwards += 1
         t = time.perf_counter()
         logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
@@ -126,7 +127,7 @@ class _Run:
         its last row predicts."""
         n_full = len(self.prompt) // self.B * self.B
         if n_full:
-            logits = self.forward(self.prompt[:n_full], 0, True, [n_full - 1])
+            logits = self.engine_call(self.prompt[:n_full], 0, True, [n_full - 1])
             if n_full == len(self.prompt):
                 return n_full, [self.sample_one(logits[0])], 0
         tail = list(self.prompt[n_full:])
@@ -155,8 +156,8 @@ class _Run:
         t0, engine_before = time.perf_counter(), self.engine_s
         masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
         q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, masked)
-        logits = self.forward(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
-                              kv_end=None if kv_end is None else block_start + kv_end)
+        logits = self.engine_call(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
+                                  kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
         tokens, probs = self.sampler(logits, self.context())
         fill = _choose(masked, tokens.tolist(), probs.tolist(), self.threshold, self.causal)
@@ -176,7 +177,7 @@ class _Run:
             self.engine.keep_scratch(block_start + keep)
             self.record_committed(block_start, block[:keep])
         self.fresh = 0
-        return self.forward(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
+        return self.engine_call(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
 
     def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
         """Token events for the block's slots that became final in order, from slot `emitted` on."""
@@ -206,7 +207,7 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
     check_prompt_fits(len(prompt), engine.ctx)
     budget = min(int(max_new_tokens), engine.ctx - len(prompt))
     reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
-    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, mask_id, dual_cache, kv_ids)
+    run = _Run(engine, prompt, sampler, reply, B, thr, attention, mask_id, dual_cache, kv_ids)
     mask, clock = run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.

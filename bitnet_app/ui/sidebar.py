@@ -10,7 +10,7 @@ import streamlit as st
 from .. import catalog
 from ..params import KNOBS, MODES
 from ..units import format_bytes
-from . import export, sources, state
+from . import export, model_choices, state
 from .stats import MODE_LABELS
 
 def _clear_chat() -> None:
@@ -54,16 +54,16 @@ def model_picker(busy: bool):
     with st.sidebar:
         st.markdown("## BitNet chat")
         st.caption("1.58-bit language models, on your CPU.")
-        options = sources.choices()
+        options = model_choices.choices()
         if st.session_state.get("model_choice") not in options:
-            state.put("model_choice", sources.default_choice() if sources.default_choice() in options
+            state.put("model_choice", model_choices.default_choice() if model_choices.default_choice() in options
                       else options[0])
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
                              help="A Hugging Face repo (downloaded and converted once), the bundled demo model, "
                                   "or a checkpoint folder on this computer.")
         about = st.empty()  # filled once the model runs: the chosen one, or the demo model standing in for it
         custom = ""
-        if label == sources.CUSTOM_LABEL:
+        if label == model_choices.CUSTOM_LABEL:
             custom = st.text_input("Hub repo id or folder", key="custom_source", disabled=busy,
                                    placeholder="owner/name or /path/to/checkpoint",
                                    help="Any BitNet b1.58 checkpoint: a Hub repo id, or a local folder with "
@@ -72,10 +72,10 @@ def model_picker(busy: bool):
         st.selectbox("CPU threads", list(range(cores + 1)), key="threads", disabled=busy,
                      format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
                      help="Threads for the engine; auto uses every core. Changing it reloads the model.")
-        source = sources.resolve(label, custom)
+        source = model_choices.resolve(label, custom)
         roof = read_roof(_threads())
         if source is not None:
-            about.caption(sources.describe(source, roof))  # until a model runs (describe_running)
+            about.caption(model_choices.describe(source, roof))  # until a model runs (describe_running)
         with st.expander("What each model needs here", icon=":material/speed:"):
             st.markdown(catalog_table(roof))
         return source, about
@@ -85,8 +85,8 @@ def describe_running(about, running, wanted, model) -> None:
     """Under the picker: the model that is actually running (`running`, a Source), and when the demo model
     stands in for the chosen one, which (`wanted`, a Source, else None)."""
     params = _count(int(model.info()["parameters"]))
-    name = "the bundled demo model" if running.label == sources.DEMO_LABEL else f"**{running.label}**"
-    lines = [f"Running {name} · {params} parameters", sources.describe(running, read_roof(_threads()))]
+    name = "the bundled demo model" if running.label == model_choices.DEMO_LABEL else f"**{running.label}**"
+    lines = [f"Running {name} · {params} parameters", model_choices.describe(running, read_roof(_threads()))]
     if wanted is not None:
         lines.insert(1, f"(instead of {wanted.label}, which could not be downloaded)")
     about.caption("  \n".join(lines))
