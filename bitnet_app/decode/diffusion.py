@@ -1,9 +1,11 @@
 """Block-diffusion decoding, Fast-dLLM v2 style.
 
-    for ev in generate_diffusion(engine, prompt_ids, sampler=Sampler(banned_ids=[mask]), stop_ids={...},
-                                 max_new_tokens=64, detokenizer=tok.detokenizer(), block_size=32,
-                                 sub_block_size=8, threshold=0.9, attention="block", mask_id=mask):
+    for ev in generate_diffusion(engine, prompt_ids, params, stop_ids={...}, detokenizer=tok.detokenizer()):
         ...  # Step after every forward, Token for each newly resolved slot (in order), then Done
+
+params: a DecodeParams (bitnet_app/params.py) resolved for this model (Model.decode_params): block_size,
+sub_block_size, threshold, attention, mask_id, dual_cache, max_new_tokens and the sampling knobs; `sampler`
+replaces the one they describe (tests hand in the numpy kernels).
 
 The sequence is cut into blocks of B slots aligned to absolute positions 0, B, 2B, ... A block holds
 what is already known (the prompt's tail, or the token predicted by the previous block) followed by
@@ -35,20 +37,9 @@ import time
 
 import numpy as np
 
-from ..params import KNOBS, DecodeParams
 from .context import check_prompt_fits
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Step, Token
-
-
-def check_knobs(vocab_size: int, block_size: int, sub_block_size: int, threshold: float, attention: str,
-                mask_id) -> DecodeParams:
-    """The knobs as checked DecodeParams (bitnet_app/params.py), the mask id also against this model's
-    vocabulary: clear errors for values the decoder cannot run with, whoever calls it."""
-    p = DecodeParams(mode="diffusion", block_size=block_size, sub_block_size=sub_block_size, threshold=threshold,
-                     attention=attention, mask_id=mask_id)
-    if p.mask_id is None or p.mask_id >= vocab_size:
-        raise ValueError(f"mask_id {mask_id} is out of range for this model (vocabulary {vocab_size})")
-    return p
+from .sampling import Sampler
 
 
 class _Reply:
@@ -87,11 +78,12 @@ class _Reply:
 class _Run:
     """One reply: the engine calls, the block bookkeeping and the figures (work time excludes yields)."""
 
-    def __init__(self, engine, prompt, sampler, reply, B, S, threshold, attention, mask, dual_cache, kv_ids):
+    def __init__(self, engine, prompt, sampler, reply, params, kv_ids):
         self.engine, self.prompt, self.sampler, self.reply = engine, prompt, sampler, reply
-        self.B, self.S, self.threshold, self.attention, self.mask = B, S, threshold, attention, mask
-        self.causal = attention == "causal"
-        self.dual_cache, self.kv_ids = dual_cache, kv_ids
+        self.B, self.S, self.threshold = params.block_size, params.sub_block_size, params.threshold
+        self.attention, self.mask, self.dual_cache = params.attention, params.mask_id, params.dual_cache
+        self.causal = self.attention == "causal"
+        self.kv_ids = kv_ids
         self.fresh = 0  # causal attention: the block's leading slots whose scratch K/V are those of their final ids
         self.forwards = self.steps = 0
         self.busy = self.ttft = 0.0
@@ -195,19 +187,20 @@ class _Run:
             yield ev
 
 
-def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = KNOBS["max_new_tokens"].default,
-                       detokenizer=None, kv_ids: list | None = None, block_size: int, sub_block_size: int,
-                       threshold: float, attention: str, mask_id, dual_cache: bool = False):
-    """Block-diffusion events for prompt_ids; the knobs are DecodeParams' (Model.generate fills the
-    checkpoint's block size, attention and mask id)."""
+def generate_diffusion(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detokenizer=None,
+                       kv_ids: list | None = None):
+    """Block-diffusion events for prompt_ids with the knobs of `params` (a DecodeParams resolved for this model,
+    as Model.generate makes it: the checkpoint's block size, attention and mask id filled in)."""
     prompt = [int(i) for i in prompt_ids]
-    p = check_knobs(engine.vocab_size, block_size, sub_block_size, threshold, attention, mask_id)
-    B, S, thr, attention, mask_id = p.block_size, p.sub_block_size, p.threshold, p.attention, p.mask_id
+    params = params.ready_for(engine.vocab_size)
+    if params.mode != "diffusion":
+        raise ValueError(f"generate_diffusion runs mode 'diffusion', not {params.mode!r}")
+    max_new_tokens = params.max_new_tokens
     check_prompt_fits(len(prompt), engine.ctx)
-    budget = min(int(max_new_tokens), engine.ctx - len(prompt))
+    budget = min(max_new_tokens, engine.ctx - len(prompt))
     reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
-    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, mask_id, dual_cache, kv_ids)
-    mask, clock = run.mask, time.perf_counter
+    run = _Run(engine, prompt, sampler or Sampler.from_params(params, engine), reply, params, kv_ids)
+    B, S, mask, clock = run.B, run.S, run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.
     engine.reset()

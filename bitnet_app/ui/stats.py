@@ -1,7 +1,9 @@
 """The figures under every reply: tokens, tok/s, time to first token; forwards and tokens per forward."""
 import html
 
-MODE_LABELS = {"ar": "Autoregressive", "diffusion": "Block diffusion"}
+from ..params import KNOBS
+
+MODE_LABELS = KNOBS["mode"].metadata["ui"]["labels"]  # {"ar": "Autoregressive", "diffusion": "Block diffusion"}
 STOP_LABELS = {"stop": "end of reply", "length": "max new tokens reached", "context": "context full"}
 
 
