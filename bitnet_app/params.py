@@ -23,6 +23,8 @@ import numpy as np
 
 MODES = ("ar", "diffusion")
 ATTENTIONS = ("block", "causal")
+FILL_RULES = ("exact", "threshold")
+RULE_OF_ATTENTION = {"causal": "exact", "block": "threshold"}  # fill_rule when none is given (see resolve)
 SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (ui["section"]), in this order
 
 
@@ -79,6 +81,13 @@ class DecodeParams:
                                  "sees only earlier ones.", kind=str,
                                  choices=ATTENTIONS, optional=True, diffusion=True, label="Attention pattern",
                                  ui=dict(section="diffusion", widget="select"))
+    fill_rule: str | None = knob(None, "exact: a slot filled above the threshold stands only if it is what "
+                                 "autoregressive decoding would write there, so the reply is AR's, in fewer steps "
+                                 "(needs causal attention); threshold: every such slot stands (Fast-dLLM v2, "
+                                 "faster, may differ from AR). Default: exact under causal attention.", kind=str,
+                                 choices=FILL_RULES, optional=True, diffusion=True, label="Fill rule",
+                                 ui=dict(section="diffusion", widget="select",
+                                         labels={"exact": "Exact (AR's reply)", "threshold": "Threshold (Fast-dLLM v2)"}))
     mask_id: int | None = knob(None, "The id of the mask token that marks undecided slots (a spare id when "
                                "the checkpoint has none).", kind=int, low=0, optional=True, diffusion=True,
                                label="Mask id")
@@ -106,9 +115,12 @@ class DecodeParams:
 
     def resolve(self, checkpoint: dict, *, vocab_size: int) -> "DecodeParams":
         """The object a decoder runs with: the knobs still None set from `checkpoint` (the model's values:
-        Model.diffusion_defaults for diffusion, its real mask id for AR), checked again, and ready for this
-        model (ready_for). Knobs that already have a value are kept."""
+        Model.diffusion_defaults for diffusion, its real mask id for AR), the fill rule from the attention
+        (exact for causal, threshold for block), checked again, and ready for this model (ready_for). Knobs that
+        already have a value are kept."""
         filled = replace(self, **{k: v for k, v in checkpoint.items() if getattr(self, k) is None})
+        if filled.fill_rule is None and filled.attention is not None:
+            filled = replace(filled, fill_rule=RULE_OF_ATTENTION[filled.attention])
         return filled.ready_for(vocab_size)
 
     def ready_for(self, vocab_size: int) -> "DecodeParams":
@@ -145,7 +157,18 @@ def _divides_block(value, other) -> str | None:
     return None
 
 
-CONSTRAINTS = {"sub_block_size": _divides_block}  # knob -> (its value, other(name) -> value) -> why not, or None
+EXACT_NEEDS_CAUSAL = ("the exact rule needs causal attention: it checks each filled slot against the row before "
+                      "it, which is the autoregressive prediction only when that row sees no later slot (under block "
+                      "attention that would take a second, causal pass, which this app does not run). Choose "
+                      "causal attention, or the threshold rule.")
+
+
+def _exact_needs_causal(value, other) -> str | None:
+    return EXACT_NEEDS_CAUSAL if value == "exact" and other("attention") == "block" else None
+
+
+# knob -> (its value, other(name) -> another knob's value) -> why the value cannot be used, or None
+CONSTRAINTS = {"sub_block_size": _divides_block, "fill_rule": _exact_needs_causal}
 
 
 def problem(name: str, value, settings) -> str | None:

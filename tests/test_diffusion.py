@@ -28,7 +28,7 @@ def dlm(tmp_path_factory):
 
 def diffusion_params(mask, **kw) -> DecodeParams:
     """The knobs of a direct decoder call, as Model.generate hands them over (resolved)."""
-    return DecodeParams(mode="diffusion", mask_id=mask, **kw)
+    return DecodeParams(mode="diffusion", mask_id=mask, **{"fill_rule": "threshold", **kw})
 
 
 def run_engine(eng, prompt, mask, sampler=None, stop_ids=(), **kw):
