@@ -80,6 +80,23 @@ def test_the_default_fill_rule_follows_the_attention(causal, tmp_path):
         block.complete(prompt, max_new_tokens=30)
 
 
+def test_steps_say_which_slots_are_final(causal):
+    """Under the exact rule a Step tells the final slots from the drafts still to be checked; a draft that does
+    not stand is masked again by a later step."""
+    from bitnet_app.decode.events import Step
+
+    steps = [e for e in causal.generate(causal.encode("hello there"), mode="diffusion", threshold=0.05,
+                                        max_new_tokens=40) if isinstance(e, Step)]
+    assert all(s.settled is not None and s.mask_id not in s.block[:s.settled] for s in steps)
+    remasked = any(a.block_start == b.block_start and any(x != a.mask_id and y == a.mask_id
+                                                          for x, y in zip(a.block, b.block))
+                   for a, b in zip(steps, steps[1:]))
+    assert remasked
+    threshold = [e for e in causal.generate(causal.encode("hello there"), mode="diffusion", fill_rule="threshold",
+                                            max_new_tokens=10) if isinstance(e, Step)]
+    assert threshold and all(s.settled is None for s in threshold)
+
+
 def test_threshold_rule_stats_keep_every_draft(causal):
     done = list(causal.generate(causal.encode("hello there"), mode="diffusion", fill_rule="threshold",
                                 threshold=0.05, max_new_tokens=30))[-1]

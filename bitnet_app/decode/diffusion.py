@@ -285,7 +285,7 @@ def generate_diffusion(engine, prompt_ids, params, *, sampler=None, stop_ids=(),
                     first = block.index(mask) // S * S
                     first_step, lo = first != lo, first
                     filled = run.step(block, block_start, lo, min(lo + S, len(block)), first_step)
-                    step = Step(block_start, tuple(block), tuple(filled), mask)
+                    step = Step(block_start, tuple(block), tuple(filled), mask, run.settled if run.exact else None)
                 else:  # complete: commit its K/V from its final ids (the exact rule may reopen it, see commit)
                     last, step = run.commit(block, block_start), None
                 emitted, events = run.resolve_prefix(block, emitted)
