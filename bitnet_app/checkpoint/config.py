@@ -16,9 +16,10 @@ import json
 import math
 import os
 
+from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE
 from ..engine.rope import ROPE_SCALING_KEYS
+from ..engine.shapes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
 from ..engine.validate import ACTIVATIONS, config_problem
-from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
 from .families import FAMILIES, Family, family_of
 from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, read_text
 
@@ -186,20 +187,6 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     return cfg, raw
 
 
-def projection_shapes(cfg: dict) -> dict:
-    """Logical [out N, in K] of the seven ternary projections of one layer (cfg: the normalized config)."""
-    D, I, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
-    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    return {"self_attn.q_proj": (q, D), "self_attn.k_proj": (kv, D), "self_attn.v_proj": (kv, D),
-            "self_attn.o_proj": (D, q), "mlp.gate_proj": (I, D),
-            "mlp.up_proj": (I, D), "mlp.down_proj": (D, I)}
-
-
-def ternary_weight_count(cfg: dict) -> int:
-    """Ternary weights of the whole model (cfg: the normalized config): every layer's seven projections."""
-    return cfg["num_hidden_layers"] * sum(n * k for n, k in projection_shapes(cfg).values())
-
-
 def _rope_params(raw: dict) -> tuple[str, dict]:
     """(the key it came from, the dict): rope_parameters (newer transformers) or rope_scaling (older)."""
     for key in ("rope_parameters", "rope_scaling"):
@@ -311,7 +298,7 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
             raise ConvertError(f"stop token id {sid} is outside the {V} embedding rows; fix eos_token_id in "
                                f"generation_config.json / config.json.")
 
-    block = (dlm or {}).get("bd_size") or (dlm or {}).get("block_size") or (raw or {}).get("bd_size") or DEFAULT_BLOCK_SIZE
+    block = (dlm or {}).get("bd_size") or (dlm or {}).get("block_size") or (raw or {}).get("bd_size") or TRAINED_BLOCK_SIZE
     if not isinstance(block, int) or isinstance(block, bool) or not 0 < block <= config["max_position_embeddings"]:
         raise ConvertError(f"the diffusion block size {block!r} (bd_size / block_size) is not a whole number between 1 "
                            f"and the context {config['max_position_embeddings']}. Fix dlm_config.json or config.json.")
@@ -385,9 +372,9 @@ def _chat_template(folder: str, tc: dict):
 
 def _dlm_attention(dlm) -> str:
     """"block" (bidirectional inside a block) or "causal"; DLM configs name the key variously, and one
-    that names none means Fast-dLLM v2's block pattern. No dlm_config.json: DEFAULT_ATTENTION."""
+    that names none means Fast-dLLM v2's block pattern. No dlm_config.json: PLAIN_ATTENTION."""
     if dlm is None:
-        return DEFAULT_ATTENTION
+        return PLAIN_ATTENTION
     for key in ("attention", "attention_pattern", "attn_pattern", "attention_type", "attention_mask"):
         v = dlm.get(key)
         if isinstance(v, str):

@@ -18,8 +18,7 @@ import json
 import numpy as np
 
 from ..engine import packing
-from ..engine.file import write_engine_file
-from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
+from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE, write_engine_file
 from ..text.chat import BITNET_CHAT_TEMPLATE   # microsoft/bitnet-b1.58-2B-4T's (its tokenizer_config.json)
 from .convert import CONVERTER_VERSION, build_int8_head
 from .families import FAMILIES
@@ -141,7 +140,7 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
         "stop_ids": sorted({s["eos"], s["eot"]}),
         "bos_id": s["bos"],
         "mask_id": None,
-        "diffusion": {"block_size": DEFAULT_BLOCK_SIZE, "attention": DEFAULT_ATTENTION, "trained": False},
+        "diffusion": {"block_size": TRAINED_BLOCK_SIZE, "attention": PLAIN_ATTENTION, "trained": False},
         "source": {"path": None, "layout": "synthetic", "shape": shape, "seed": seed, "linear_class": None,
                    "family": fam.name, "scale_mode": scale_mode,
                    "scale_mode_inferred": False, "embed_dtype": "BF16",
