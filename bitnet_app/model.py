@@ -228,6 +228,15 @@ class Model:
             if self._owner is me:
                 self._owner = None
 
+    def forget_cache(self, keep: int = 0) -> None:
+        """Keep only the first `keep` cached positions (0: none), so that the next reply prefills the rest of its
+        prompt: to time a reply again doing the same work (a reply's stats["reused_tokens"] says how much it found
+        cached), or to start from a cold cache as a freshly loaded model does. Ends an unfinished generator."""
+        self._owner = None
+        keep = max(0, min(int(keep), len(self._kv_ids)))
+        self.engine.truncate(keep)
+        del self._kv_ids[keep:]
+
     def close(self) -> None:
         """Drop the engine (its weights mapping and KV cache are freed once nothing else holds them)."""
         self._owner = None

@@ -4,7 +4,7 @@ import time
 import streamlit as st
 
 from ..decode.context import ContextOverflow
-from . import block_picture, reply, state, suggestions
+from . import block_picture, reply, state, suggestions, timing
 
 
 def _ask(text: str) -> None:
@@ -52,7 +52,7 @@ def _replay(index: int, msg: dict, busy: bool) -> None:
             left, right = st.columns([4, 1], vertical_alignment="bottom")
             with left:
                 k = st.slider("Step", 1, n, key=key, disabled=busy or bool(playing),
-                              help="Move through the forwards of this reply: each one fills some masked slots.")
+                              help="Move through the steps of this reply: each one fills some open places of a block.")
             with right:
                 st.button("Stop" if playing else "Play", key=f"play_{key}", on_click=_play, args=(key,),
                           icon=":material/stop:" if playing else ":material/play_arrow:", width="stretch",
@@ -97,12 +97,14 @@ def _conversation(model) -> list[dict]:
 
 
 def _generate(loaded) -> None:
-    """Stream one reply for the last user message. Runs while every control is drawn disabled."""
+    """Stream one reply for the last user message (drawn where the history will show it), then time it again off
+    screen when it was too short to time once (timing.py). Runs while every control is drawn disabled."""
     model = loaded.model
     record, messages = state.run(), st.session_state.messages  # plain objects: usable after a Stop
     convo = _conversation(model)
-    params = state.decode_params(model)
-    msg = reply.new_message(params.mode)
+    params = state.decode_params(model, seeded=True)  # seeded: a re-timed run writes the same reply
+    pacer = reply.Pacer(state.slow_motion_rate())
+    msg, view, work = reply.new_message(params.mode), None, reply.Work()
     with st.chat_message("assistant"):
         if not loaded.lock.acquire(blocking=False):
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")
@@ -117,14 +119,20 @@ def _generate(loaded) -> None:
                 st.info(msg["trim_notice"], icon=":material/content_cut:")
             messages.append(msg)
             ids = model.chat_ids(kept)
-            view = reply.ReplyView(msg, model, show_picture=params.mode == "diffusion",
-                                   pause_s=reply.SLOW_MOTION_S if st.session_state.slow_motion else 0.0)
+            view = reply.ReplyView(msg, model, show_picture=params.mode == "diffusion", paced=pacer.on)
             events = model.generate(ids, params)
             try:
-                for ev in events:
-                    view.apply(ev)  # each redraw hands control back to Streamlit (Stop lands here)
+                for beat in reply.beats(work.timed(events), params.mode):
+                    for ev in beat:
+                        view.apply(ev)
+                    view.draw()  # each redraw hands control back to Streamlit (Stop lands here)
+                    pacer.wait()
             finally:
                 events.close()
+            if timing.too_short(msg["stats"]):
+                view.note("timing it again off screen…")
+                runs = timing.time_again({"reply": timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))})
+                msg["timing"] = timing.spread([s["tok_s"] for s in runs["reply"]])
         except ContextOverflow as exc:
             msg["error"] = (f"This message is too long for the model ({exc.prompt_tokens} tokens, the context "
                             f"holds {exc.context}). Shorten it, lower “max new tokens”, or clear the chat.")
@@ -133,6 +141,8 @@ def _generate(loaded) -> None:
         finally:  # also after Stop: no session-state access here, only the objects fetched above
             if not msg["done"]:
                 msg["stopped"] = not msg.get("error")  # an interrupted reply is kept, marked stopped
+                if msg["stopped"] and view is not None:
+                    view.stopped(work)  # with the figures of what it wrote
             if not any(m is msg for m in messages):
                 messages.append(msg)
             loaded.lock.release()
@@ -146,5 +156,6 @@ def draw(loaded, prompts: list[tuple[str, str]]) -> None:
     _history(busy, prompts)
     st.chat_input("Message the model…", key="chat_prompt", submit_mode="stop", on_submit=_submit)
     if busy:
-        state.resume_watch()
+        with st.sidebar:  # not in the page's flow: the reply streams where the history will show it
+            state.resume_watch()
         _generate(loaded)

@@ -10,7 +10,7 @@ import streamlit as st
 from .. import catalog
 from ..params import KNOBS, problem, sidebar_knobs
 from ..units import format_bytes
-from . import export, model_choices, state
+from . import export, loading, model_choices, state
 
 def _clear_chat() -> None:
     st.session_state.messages = []
@@ -29,37 +29,46 @@ def _threads() -> int:
     return int(st.session_state.get("threads") or 0) or (os.cpu_count() or 1)
 
 
-def catalog_table(roof_gb_s: float | None) -> str:
+def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
     """Markdown: every model the picker knows by name, with what it needs on this computer (one line each: the
-    sidebar is too narrow for a table)."""
-    free = catalog.available_ram()
-    rows = []
+    sidebar is too narrow for a table); free: the memory free now (catalog.available_ram() when not given)."""
+    free = catalog.available_ram() if free is None else free
+    rows, warned = [], False
     for e in catalog.ENTRIES.values():
         n = catalog.needs(e, roof_gb_s)
-        mem = f"{format_bytes(n.memory_bytes)} memory" + (" ⚠" if free and n.memory_bytes > free else "")
+        over = bool(free) and n.memory_bytes > free
+        warned = warned or over
+        mem = f"{format_bytes(n.memory_bytes)} memory" + (" ⚠" if over else "")
         speed = f" · ≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else ""
         base = " (base model)" if not e.chat else ""
         rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
     note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
             f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 70-80% of it." if roof_gb_s else
             "The read roof could not be measured, so no speeds are shown.")
-    warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if free else ""
+    warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if warned else ""  # only with a ⚠ row
     return "\n".join(rows) + "\n\n" + note + warn
 
 
 def model_picker(busy: bool):
-    """The model choice (drawn before loading, so a failed load can still be switched).
-    Returns (the chosen Source or None, a placeholder under the picker for describe_running)."""
+    """The model choice (drawn before loading, so a failed load can still be switched): known models with their
+    download size, and, when the bundled demo model runs in place of the chosen Hub model (out of reach, found by an
+    earlier run), the demo model named as the choice shown. Returns (the chosen Source or None, a placeholder under
+    the picker for describe_running, whether the picker names the demo model standing in)."""
+    ss = st.session_state
     with st.sidebar:
         st.markdown("## BitNet chat")
         st.caption("1.58-bit language models, on your CPU.")
         options = model_choices.choices()
-        if st.session_state.get("model_choice") not in options:
+        if ss.get("model_choice") not in options:
             state.put("model_choice", model_choices.default_choice() if model_choices.default_choice() in options
                       else options[0])
+        chosen = ss.model_choice
+        stand_in = chosen != model_choices.CUSTOM_LABEL and \
+            loading.demo_stands_in(model_choices.resolve(chosen)) is not None
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
-                             help="A Hugging Face repo (downloaded and converted once), the bundled demo model, "
-                                  "or a checkpoint folder on this computer.")
+                             format_func=lambda o: model_choices.picker_label(o, chosen if stand_in else None),
+                             help="A Hugging Face repo (downloaded and converted once; its download size shown), "
+                                  "the bundled demo model, or a checkpoint folder on this computer.")
         about = st.empty()  # filled once the model runs: the chosen one, or the demo model standing in for it
         custom = ""
         if label == model_choices.CUSTOM_LABEL:
@@ -77,7 +86,7 @@ def model_picker(busy: bool):
             about.caption(model_choices.describe(source, roof))  # until a model runs (describe_running)
         with st.expander("What each model needs here", icon=":material/speed:"):
             st.markdown(catalog_table(roof))
-        return source, about
+        return source, about, stand_in
 
 
 def describe_running(about, running, wanted, model) -> None:
@@ -104,8 +113,13 @@ def settings(model, busy: bool) -> None:
         for name in sidebar_knobs("top"):
             _knob(name, busy, **limits.get(name, {}))
         st.toggle("Slow motion", key="slow_motion", disabled=busy,
-                  help="Draw chat replies at a pace people can follow (about 25 tokens, or diffusion steps, per "
-                       "second): small models write faster than the eye. The speed figures stay the engine's own.")
+                  help="Draw replies, in Chat and in Compare, at a pace people can follow: small models write faster "
+                       "than the eye. The speed figures stay the decoder's own.")
+        if ss.slow_motion:
+            st.slider("Steps per second", 1, 30, key="slow_motion_rate", disabled=busy,
+                      help="How many steps Slow motion draws per second. A step is one token in autoregressive mode "
+                           "and one pass of the model, filling several tokens, in block diffusion; in Compare both "
+                           "sides take one step at a time.")
         if ss.mode == "diffusion" and not model.trained_for_diffusion:
             st.info("This checkpoint was not trained for block diffusion: it still runs (causal pattern, "
                     "leftmost slot first) but expect about one token per forward and AR speed.",

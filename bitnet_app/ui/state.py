@@ -12,6 +12,7 @@ A stored message is a plain dict:
      "trimmed": int (older messages left out to fit the context), "steps": [picture frames] (diffusion)}
 """
 import copy
+import secrets
 
 import streamlit as st
 
@@ -41,7 +42,8 @@ SETTINGS = {
     "threads": 0,             # 0: all cores
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
-    "slow_motion": False,     # chat replies drawn at a watchable pace (small models are faster than the eye)
+    "slow_motion": False,     # replies drawn at a watchable pace (small models are faster than the eye)
+    "slow_motion_rate": 8,    # ... in steps per second (a token in AR, a pass filling slots in diffusion)
     **{name: KNOBS[name].default for name in SETTING_KNOBS},  # None: the checkpoint's, set by seed_from_model
 }
 SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
@@ -116,13 +118,27 @@ def system_prompt(model) -> str:
     return text if text and uses_system_prompt(model) else ""
 
 
-def decode_params(model, mode: str | None = None):
+def decode_params(model, mode: str | None = None, *, seeded: bool = False):
     """The page's DecodeParams for `model`: the sidebar's settings (`mode` instead of the sidebar's, when
-    given), checked and resolved by Model.decode_params, the one object Model.generate takes."""
+    given), checked and resolved by Model.decode_params, the one object Model.generate takes. seeded: for a reply,
+    with a seed drawn now when the sidebar leaves it empty, so that the reply can be run again off screen, the same
+    ids, to time it (each reply still draws afresh)."""
     ss = st.session_state
     values = {name: ss[name] for name in SETTING_KNOBS}
     values["mode"] = mode or ss.mode
+    if seeded and values["seed"] is None:
+        values["seed"] = fresh_seed()
     return model.decode_params(**values)
+
+
+def fresh_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+def slow_motion_rate() -> float | None:
+    """Steps per second while Slow motion is on, else None (as fast as the decoder goes)."""
+    ss = st.session_state
+    return float(ss.slow_motion_rate) if ss.slow_motion else None
 
 
 def run() -> dict:
