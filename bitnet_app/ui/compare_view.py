@@ -190,17 +190,21 @@ def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
                 icon=":material/info:")
     busy = state.busy("compare")
     st.chat_input("A prompt to run both ways…", key="compare_prompt", submit_mode="stop", on_submit=_submit)
-    body = st.empty()  # one placeholder for what follows: a run replaces the suggestions and the last result whole
+    # Two places, each drawn in every run: in the browser an element stays on screen until a run replaces it, so the
+    # run that streams leaves `examples` empty (no stale suggestion among the replies), and it streams in `body`,
+    # where the finished result is then drawn in place (not a second time beside it).
+    examples, body = st.empty(), st.empty()
     if busy:
         with st.sidebar:  # not in the page's flow: the replies stream where the result will show them
             state.resume_watch()
         with body.container():
             _run(loaded, load_second(), state.run()["job"]["prompt"])
         return
-    with body.container():
-        result = ss.compare
-        if not result:
+    result = ss.compare
+    if not result:
+        with examples.container():
             st.markdown("Type a prompt below to start, or pick one:")
             suggestions.draw(prompts, _ask, "compare_example", view="compare")
-            return
+        return
+    with body.container():
         _draw_result(result)
