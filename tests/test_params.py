@@ -76,10 +76,11 @@ def test_model_generate_checks_before_it_runs(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--max-new-tokens", "-5"], "max_new_tokens must be an integer >= 1, not -5"),
-    (["--top-k", "2.5"], "top_k must be a whole number"),
-    (["--temperature", "nan"], "temperature must be a number >= 0, not nan"),
-    (["--top-p", "0"], "top_p must be a number in (0, 1]"),
+    (["--max-new-tokens", "-5"], "--max-new-tokens must be an integer >= 1, not -5"),  # flags, not field names
+    (["--top-k", "2.5"], "--top-k must be a whole number"),
+    (["--temperature", "nan"], "--temperature must be a number >= 0, not nan"),
+    (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+    (["--seed", "-1"], "--seed must be an integer >= 0, not -1"),  # no "or None": leaving the flag out does that
 ])
 def test_the_cli_refuses_bad_values_in_one_line(flags, words, tmp_path):
     r = subprocess.run([sys.executable, "-m", "bitnet_app", "generate", "--model", str(tmp_path / "none.bitnet"),
