@@ -8,8 +8,9 @@ from bitnet_app.ui import (chat_view, compare_view, first_run, loading, model_ch
 
 # The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
 ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "icon.png")
+SIDEBAR_PX = 360  # wide enough for the picker's names and sizes (a number: open on a desktop, at this width)
 st.set_page_config(page_title="BitNet chat", page_icon=ICON if os.path.isfile(ICON) else None, layout="wide",
-                   initial_sidebar_state="expanded")
+                   initial_sidebar_state=SIDEBAR_PX)
 style.inject()
 page_script.inject()
 state.init()

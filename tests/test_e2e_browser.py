@@ -3,13 +3,16 @@
 1. test_first_run_download_stream_and_stop: the loopback fake Hub serves the bundled demo model
    (assets/demo-model) as a Hub repo: first-run download with byte progress, conversion, a streamed reply
    (Slow motion on: the demo model writes faster than the eye), the health endpoint answering within a
-   second while it streams, Stop that keeps the partial reply.
+   second while it streams, Stop (named "Stop the reply") that keeps the partial reply and its figures.
 2. test_offline_first_start_detour_modes_compare_export: the default model with the Hub out of reach: the
-   notice and the demo model; a detour through "Pick another model" and an error page (a mistyped folder)
-   and back, with the user's settings intact and a normal-length reply; a diffusion reply on one of the
-   demo model's skill prompts (several slots filled in one step, in Slow motion), the replay slider
-   following the picture as it plays; the live picture never empty mid-reply without Slow motion; the
-   Compare view on a skill prompt (the same text on both sides); the Markdown export.
+   notice and the demo model, which the picker names (its list shows each model's download size); a detour
+   through "Pick another model" and an error page (a mistyped folder) and back, with the user's settings intact
+   and a normal-length reply; a diffusion reply on one of the demo model's skill prompts in Slow motion at two
+   rates (several slots filled in one step, a step per 1/rate seconds), its picture still there after the reply
+   ends without a click, the replay slider following the picture as it plays; the live picture never empty
+   mid-reply without Slow motion; Compare in Slow motion at two rates (both sides a step at a time, no stale
+   suggestion among the replies); Compare on a skill prompt (the same text on both sides, the sentence that says
+   why diffusion won or lost); the Markdown export (line breaks kept).
 
 3. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
    LlamaForCausalLM with BitNet quantization, packed BitLinear weights, untied head, silu, no sub-norms, llama3
@@ -20,7 +23,7 @@ Every request the browser makes is recorded: any host other than the app's own (
 fails the test (the app works offline and sends nothing anywhere).
 
 Screenshots of every state go to test-artifacts/e2e-*.png (look at them). To re-take the README's
-screenshots in one command:
+screenshots (assets/screenshots/, e.g. after the demo model changes) in one command:
     E2E_SCREENSHOTS=assets/screenshots python -m pytest -q -p no:cacheprovider tests/test_e2e_browser.py
 
 Needs Playwright (PyPI) and /usr/bin/chromium. Without them the test is skipped locally and FAILS when
@@ -54,6 +57,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 REPO = "org/bitnet-demo"
+OPEN_PROMPT = "ROMEO.\nBut soft, what light through yonder window breaks?"  # without a prompt file
 
 
 def _require_browser():
@@ -198,27 +202,9 @@ LIVE_FRAME = """() => { const msgs = document.querySelectorAll('[data-testid="st
     ? [bp.querySelector('.bp-head').innerText, bp.querySelectorAll('.bp-slots .slot.new').length] : null; }"""
 
 
-def _shot_live_frame(page, name: str, timeout: float = 60) -> int | None:
-    """While a diffusion reply streams, screenshot the live block picture again and again and keep the shot taken
-    between two frames that both filled the most slots (a capture is slower than a step even in Slow motion); if
-    no capture fell between two live frames, one that started on a live frame. Returns the count kept, or None
-    when the reply ended before any capture started (the caller asks again)."""
-    _prepare_shot(page)
-    best, best_png, started_live = 0, None, None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = page.evaluate(LIVE_FRAME)
-        if before is None:
-            break  # the reply is done (or, at the start, was done before the first capture)
-        png = page.screenshot()
-        after = page.evaluate(LIVE_FRAME)
-        started_live = started_live or png
-        if after is not None and (best_png is None or min(before[1], after[1]) > best):
-            best, best_png = min(before[1], after[1]), png
-    if best_png is None and started_live is None:
-        return None
-    _save_shot(best_png or started_live, name)
-    return best
+# a live frame that filled n+ slots in one step, from the fifth step on (some text already written)
+LIVE_MANY = f"""n => {{ const f = ({LIVE_FRAME})(), m = f ? f[0].match(/step (\\d+)$/) : null;
+  return f !== null && f[1] >= n && m !== null && Number(m[1]) >= 5; }}"""
 
 
 def _messages(page):
@@ -274,7 +260,10 @@ def _click_button(page, text: str) -> None:
 
 
 def _clear_chat(page) -> None:
-    """Clear chat, clicked again if the click landed while the last reply's rerun redrew the button."""
+    """Clear chat, clicked again if the click landed while the last reply's rerun redrew the button (nothing to do
+    when the chat is empty)."""
+    if not _messages(page).count():
+        return
     for attempt in range(3):
         _click_button(page, "Clear chat")
         try:
@@ -314,8 +303,9 @@ def _reply_tokens(page, index: int, timeout_ms: int = 120_000) -> int:
 # [ms, the reply's figures are drawn (it is done), slots, slots not masked, slots filled by this step].
 WATCH_PICTURE = """() => {
   window.pictureLog = [];
+  if (window.pictureWatch) window.pictureWatch.disconnect();  // one watcher at a time
   const t0 = performance.now();
-  new MutationObserver(() => {
+  window.pictureWatch = new MutationObserver(() => {
     const msgs = document.querySelectorAll('[data-testid="stChatMessage"]');
     const last = msgs[msgs.length - 1];
     const bp = last ? last.querySelector('.bp') : null;
@@ -324,8 +314,70 @@ WATCH_PICTURE = """() => {
     window.pictureLog.push([Math.round(performance.now() - t0), !!last.querySelector('.stat-row'), slots.length,
                             bp.querySelectorAll('.bp-slots .slot:not(.mask)').length,
                             bp.querySelectorAll('.bp-slots .slot.new').length]);
-  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+  });
+  window.pictureWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
+
+
+# The pace of a reply while it streams: window.stepLog = [[ms, the step the live block picture shows]] (each new
+# one), window.rowLog = [[ms, how many reply figures the current run has drawn]] (each change).
+WATCH_PACE = """() => {
+  window.stepLog = []; window.rowLog = [];
+  if (window.paceWatch) window.paceWatch.disconnect();  // one watcher: an older one would log with its own clock
+  const t0 = performance.now();
+  let step = null, rows = 0;
+  window.paceWatch = new MutationObserver(() => {
+    const t = Math.round(performance.now() - t0);
+    const head = document.querySelector('.bp.live .bp-head');
+    const m = head ? head.innerText.match(/step (\\d+)$/) : null;
+    if (m && m[1] !== step) { step = m[1]; window.stepLog.push([t, Number(m[1])]); }
+    const n = document.querySelectorAll(
+      '[data-testid="stElementContainer"]:not([data-stale="true"]) .stat-row').length;
+    if (n !== rows) { rows = n; window.rowLog.push([t, n]); }
+  });
+  window.paceWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def _compare(page, prompt: str, while_streaming=None) -> None:
+    """Run Compare on `prompt` and wait for its result; while_streaming(): called once the run has started.
+    Streamlit keeps the previous run's elements on the page, marked data-stale, until it redraws them, and the last
+    result may be for the same prompt: the run clears the figures when it starts (WATCH_PACE sees that), then the
+    fresh summary under this prompt says it is over."""
+    box = page.get_by_placeholder("A prompt to run both ways…")
+    expect_enabled = time.monotonic() + 60
+    while not box.is_enabled() and time.monotonic() < expect_enabled:  # the view switch (or the last run) is over
+        page.wait_for_timeout(200)
+    page.evaluate(WATCH_PACE)
+    box.fill(prompt)
+    box.press("Enter")
+    page.wait_for_function("() => window.rowLog.some(r => r[1] === 0) || !window.rowLog.length && "
+                           "!document.querySelector('.stat-row')", timeout=60_000)
+    if while_streaming is not None:
+        while_streaming()
+    page.wait_for_function(FRESH_COMPARE, arg=prompt, timeout=180_000)
+
+
+def _step_period(log: list) -> float:
+    """Seconds per step from WATCH_PACE's stepLog: the median over successive steps shown."""
+    gaps = sorted((b[0] - a[0]) / 1000 / (b[1] - a[1]) for a, b in zip(log, log[1:]) if b[1] > a[1])
+    assert len(gaps) >= 3, f"too few steps seen: {log}"
+    return gaps[len(gaps) // 2]
+
+
+def _set_slider(page, label: str, value: int) -> None:
+    """A sidebar slider of whole numbers set by keyboard, arrow by arrow until it shows `value` (a key pressed while
+    the page reruns may be lost: look again after each round)."""
+    slider = page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').filter(has_text=label) \
+        .get_by_role("slider")
+    for _ in range(10):
+        now = int(float(_slider_value(page, label)))
+        if now == value:
+            return
+        for _ in range(abs(value - now)):
+            slider.press("ArrowRight" if value > now else "ArrowLeft")
+        page.wait_for_timeout(800)
+    raise AssertionError(f"the {label} slider shows {_slider_value(page, label)}, not {value}")
 
 
 def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
@@ -370,8 +422,10 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         expect(page.locator('[data-testid="stSidebar"] input[type="range"][aria-label="Temperature"]')).to_be_disabled()
         _shot(page, "03-streaming")
 
-        # 3. Stop mid-reply: the partial reply stays, marked as stopped, also after the next rerun.
-        page.get_by_role("button", name="Stop script").click()
+        # 3. Stop mid-reply: the partial reply stays, marked as stopped, with its figures, also after the next rerun.
+        #    The button is named for what it does (Streamlit's own name is "Stop script").
+        expect(page.get_by_role("button", name="Stop script")).to_have_count(0)
+        page.get_by_role("button", name="Stop the reply").click()
         page.wait_for_timeout(1500)
         stopped = _assistant_text(page, 1)
         assert len(stopped) >= len(later) - 5
@@ -379,6 +433,8 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         expect(page.get_by_text("stopped by you")).to_be_visible(timeout=20_000)
         kept = _assistant_text(page, 1)
         assert kept and stopped.rstrip(" ▌").startswith(kept[:20]), (kept[:60], stopped[:60])
+        figures = _messages(page).nth(1).locator(".stat-row").first.inner_text()
+        assert re.search(r"\d+ tokens", figures) and "tok/s" in figures and "first token" in figures, figures
         _shot(page, "04-stopped-kept")
         _assert_only_local(requests)
     with open(os.path.join(ARTIFACTS, "e2e-summary.json"), "w") as f:
@@ -400,6 +456,17 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         assert "Running the bundled demo model" in _sidebar_text(page)
         assert "1.2 GB download" not in _sidebar_text(page)
         expect(page.locator('[data-testid="stToast"]')).to_have_count(0)  # nothing covers the notice
+        picker = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Model")
+        assert picker.input_value().startswith("Demo model"), picker.input_value()  # the model that runs
+        notice = page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded").inner_text()
+        assert "runs offline" not in notice and "runs offline" in _sidebar_text(page)  # described once, in the sidebar
+        picker.click()
+        options = page.get_by_role("option")
+        expect(options.first).to_be_visible(timeout=10_000)
+        names = options.all_inner_texts()
+        assert "bitnet-b1.58-2B-4T-bf16 · 4.8 GB" in names and any("Llama3-8B" in n and "GB" in n for n in names), names
+        _shot(page, "14-picker-sizes")
+        page.keyboard.press("Escape")
         page.get_by_role("button", name="Retry the download").click()
         expect(page.get_by_text("Tried again at")).to_be_visible(timeout=30_000)
         _shot(page, "05-offline-demo-notice")
@@ -443,29 +510,38 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         assert log, "the live block picture never showed"
         assert all(r[2] > 0 and r[3] > 0 for r in log), f"an empty block picture: {log}"
 
-        # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step.
+        # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step, at two
+        #    rates a presenter sets: a step every 1/rate seconds. The finished reply keeps its picture, no click.
         _clear_chat(page)
         _click_toggle(page, "Slow motion")
-        page.evaluate(WATCH_PICTURE)
-        shown = None
-        for attempt in range(3):  # the demo model's reply lasts ~2 s even in Slow motion: a busy CI may miss it
-            if attempt:
-                _reply_tokens(page, 1)
+        _slider_to_min(page, "Temperature")  # greedy: the same reply at both rates
+        periods, skill = {}, None
+        for rate in (8, 2):
+            _set_slider(page, "Steps per second", rate)
+            for prompt in ([skill] if skill else demo["skills"][:4] or [OPEN_PROMPT]):  # a reply of 5+ steps
                 _clear_chat(page)
                 page.evaluate(WATCH_PICTURE)
-            if demo["skills"]:
-                _click_button(page, suggestions.button_label(demo["skills"][0]))
-            else:
-                _send(page, "ROMEO.\nBut soft, what light through yonder window breaks?")
-            expect(_messages(page).last.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
-            shown = _shot_live_frame(page, "08-diffusion-live-block")
-            if shown is not None:
-                break
-        assert shown is not None, "the live block picture never showed while a reply streamed (3 tries)"
-        _reply_tokens(page, 1)
+                page.evaluate(WATCH_PACE)
+                _send(page, prompt)
+                expect(_messages(page).last.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
+                if rate == 2:  # a step lasts half a second: one shot of a frame that filled several slots
+                    with contextlib.suppress(Exception):  # playwright's TimeoutError: then the frame shown now
+                        page.wait_for_function(LIVE_MANY, arg=3 if demo["skills"] else 1, timeout=20_000)
+                    _shot(page, "08-diffusion-live-block")
+                _reply_tokens(page, 1)
+                if len(page.evaluate("() => window.stepLog")) >= 5:
+                    skill = prompt
+                    break
+            periods[rate] = _step_period(page.evaluate("() => window.stepLog"))
+        assert 0.3 <= periods[2] <= 0.9 and 0.06 <= periods[8] <= 0.3 and periods[2] > 2.2 * periods[8], periods
         if demo["skills"]:
             most = max(r[4] for r in page.evaluate("() => window.pictureLog"))
-            assert most >= 3, f"at most {most} slots filled in one step on a skill prompt ({shown} around the shot)"
+            assert most >= 3, f"at most {most} slots filled in one step on a skill prompt"
+        finished = _messages(page).nth(1).locator(".bp-final")
+        expect(finished).to_be_visible()  # after the reply, without a click
+        assert finished.locator(".tok").count() >= 3 and "Block diffusion writes" in finished.inner_text()
+        _messages(page).nth(1).scroll_into_view_if_needed()
+        _shot(page, "12-finished-picture")
 
         # 5. The replay: as it plays, the slider shows the step the picture shows.
         page.get_by_text("diffusion steps").last.click()
@@ -486,33 +562,56 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         shown = [p for p in seen if None not in p]
         assert shown and all(abs(s - k) <= 1 for s, k in shown), f"slider vs picture step: {seen}"
         assert len({k for _, k in shown}) >= min(3, steps), f"the replay did not play: {seen}"
-        _click_toggle(page, "Slow motion")
 
-        # 6. Compare on a skill prompt, greedy: the same text on both sides, tokens per forward explained. The
-        #    demo model's skill prompts are tried in the file's order until the two texts agree (at most 8).
-        _slider_to_min(page, "Temperature")
+        # 6. Compare in Slow motion at two rates, from its suggestions: both sides take a step at a time (AR a token,
+        #    diffusion a step), so diffusion's steps and AR's tokens come at the same pace; no suggestion stays.
         _set_number(page, "Max new tokens", 64)
         page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
         expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
-        compare_box = page.get_by_placeholder("A prompt to run both ways…")
+        offered = [suggestions.button_label(p) for p in demo["skills"] + demo["open"]]
+        for rate in (20, 6):
+            _set_slider(page, "Steps per second", rate)
+            if rate == 20 and offered:  # the first run starts from the suggestions
+                expect(page.get_by_role("button", name=offered[0])).to_have_count(1)
+
+            def streaming(rate=rate):
+                expect(page.locator(".bp.live").first).to_be_visible(timeout=60_000)
+                for name in offered:
+                    expect(page.get_by_role("button", name=name)).to_have_count(0)  # no stale suggestion
+                if rate == 6:
+                    page.wait_for_timeout(1500)
+                    _shot(page, "13-compare-slow-motion")
+            _compare(page, skill, streaming)  # the chat's prompt, whose reply has enough steps
+            steps = page.evaluate("() => window.stepLog")
+            diffusion_period = _step_period(steps)
+            ar_row = page.locator(f"{FRESH} .stat-row").filter(has_text="Autoregressive").first.inner_text()
+            ar_tokens = int(re.search(r"(\d+) tokens", ar_row).group(1))
+            ar_done = page.evaluate("""() => { const log = window.rowLog, cleared = log.findIndex(r => r[1] === 0);
+                return log.slice(cleared + 1).find(r => r[1] >= 2)[0]; }""")  # both replies' figures drawn
+            ar_period = (ar_done - steps[0][0]) / 1000 / max(ar_tokens - 1, 1)
+            assert 0.5 / rate <= diffusion_period <= 2.5 / rate, (rate, diffusion_period)
+            assert 0.5 <= ar_period / diffusion_period <= 2.0, (rate, ar_period, diffusion_period)  # in step
+        _click_toggle(page, "Slow motion")
+
+        # 7. Compare on a skill prompt, greedy: the same text on both sides, tokens per step explained. The
+        #    demo model's skill prompts are tried in the file's order until the two texts agree (at most 8).
+        _slider_to_min(page, "Temperature")
         agree = ""
         for prompt in demo["skills"][:8] or ["HAMLET.\nTo be, or not to be, that is the question:"]:
-            expect(compare_box).to_be_enabled(timeout=60_000)  # the view switch (or the last run) is over
-            compare_box.fill(prompt)
-            compare_box.press("Enter")
-            # Streamlit keeps the previous run's elements on the page, marked data-stale, until it redraws
-            # them: read the agreement only from a fresh summary under this prompt (the run is over).
-            page.wait_for_function(FRESH_COMPARE, arg=prompt, timeout=180_000)
+            _compare(page, prompt)
             agree = page.locator(f'{FRESH} [data-testid="stMetric"]').filter(has_text="Do the texts agree?").inner_text()
             if "identical" in agree:
                 break
-        expect(page.get_by_text("Tokens per forward", exact=False).last).to_be_visible()
+        expect(page.get_by_text("Tokens per step", exact=False).last).to_be_visible()
+        why = page.locator(FRESH).filter(has_text=re.compile(r"^Block diffusion was")).last.inner_text()
+        assert "tokens on average" in why and "AR tokens" in why, why  # why it won or lost, in one sentence
         if demo["skills"]:
             assert "identical" in agree, f"no skill prompt gave the same text both ways: {agree}"
-        page.get_by_text("Compare: autoregressive vs block diffusion").scroll_into_view_if_needed()
-        _shot(page, "10-compare")
+        page.locator(FRESH).filter(has_text=re.compile(r"^Block diffusion was")).last.scroll_into_view_if_needed()
+        _shot(page, "10-compare")  # the replies' ends, the summary and its sentence
 
-        # 7. Export the chat (the skill reply of step 4) as Markdown: it names the model that ran.
+        # 8. Export the chat (the skill reply of step 4) as Markdown: it names the model that ran, and keeps the
+        #    reply's line breaks (a count or a table is not one paragraph).
         page.locator('[data-testid="stButtonGroup"] button', has_text="Chat").click()
         expect(chat_box).to_be_visible(timeout=20_000)
         with page.expect_download() as download:
@@ -520,6 +619,8 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         with open(download.value.path(), encoding="utf-8") as f:
             exported = f.read()
         assert f"# Chat with {model_choices.DEMO_LABEL}" in exported and "### Assistant" in exported
+        reply_md = exported.split("### Assistant", 1)[1]
+        assert "\n" not in reply_md.strip().split("\n\n")[0].replace("  \n", ""), reply_md[:200]
         _assert_only_local(requests)
 
 

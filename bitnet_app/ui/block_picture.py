@@ -70,12 +70,8 @@ def render(frame: dict, *, caption: str = "", live: bool = False) -> str:
 
 
 def _token_html(text: str) -> str:
-    """One token of the finished picture: its text, line breaks shown (↵) and kept."""
-    lines = text.split("\n")
-    out = html.escape(lines[0])
-    for line in lines[1:]:
-        out += '<span class="nl">↵</span><br>' + html.escape(line)
-    return out
+    """One token of the finished picture: its text, a line break shown as ↵ (the picture flows on, compact)."""
+    return html.escape(text).replace("\n", '<span class="nl">↵</span> ')
 
 
 def what_diffusion_does(block_size: int) -> str:

@@ -119,7 +119,8 @@ def _generate(loaded) -> None:
                 st.info(msg["trim_notice"], icon=":material/content_cut:")
             messages.append(msg)
             ids = model.chat_ids(kept)
-            view = reply.ReplyView(msg, model, show_picture=params.mode == "diffusion", paced=pacer.on)
+            view = reply.ReplyView(msg, model, prompt_tokens=len(ids), show_picture=params.mode == "diffusion",
+                                   paced=pacer.on)
             events = model.generate(ids, params)
             try:
                 for beat in reply.beats(work.timed(events), params.mode):

@@ -140,7 +140,7 @@ def _run(loaded, second, prompt: str) -> None:
         for mode in MODES:
             with boxes[mode]:
                 with st.chat_message("assistant"):
-                    views[mode] = reply.ReplyView(result[mode], engines[mode].model,
+                    views[mode] = reply.ReplyView(result[mode], engines[mode].model, prompt_tokens=len(ids),
                                                   show_picture=mode == "diffusion", paced=pacer.on)
             engines[mode].model.forget_cache()  # both start cold (diffusion always does): the same prefill work
             events[mode] = engines[mode].model.generate(ids, params[mode])
@@ -190,13 +190,15 @@ def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
                 icon=":material/info:")
     busy = state.busy("compare")
     st.chat_input("A prompt to run both ways…", key="compare_prompt", submit_mode="stop", on_submit=_submit)
-    # Two places, each drawn in every run: in the browser an element stays on screen until a run replaces it, so the
-    # run that streams leaves `examples` empty (no stale suggestion among the replies), and it streams in `body`,
-    # where the finished result is then drawn in place (not a second time beside it).
+    # Two places, each drawn in every run: in the browser an element stays on screen until a run replaces it (a
+    # block sent again keeps its old children until they are replaced), so the run that streams leaves `examples`
+    # empty (no stale suggestion among the replies) and clears `body` (no stale summary of the last prompt), then
+    # streams in it; the finished result is drawn there in place (not a second time beside it).
     examples, body = st.empty(), st.empty()
     if busy:
         with st.sidebar:  # not in the page's flow: the replies stream where the result will show them
             state.resume_watch()
+        body.empty()
         with body.container():
             _run(loaded, load_second(), state.run()["job"]["prompt"])
         return

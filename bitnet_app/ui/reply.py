@@ -90,12 +90,14 @@ class Pacer:
 
 
 class ReplyView:
-    def __init__(self, msg: dict, model, *, show_picture: bool = True, paced: bool = False):
+    def __init__(self, msg: dict, model, *, prompt_tokens: int = 0, show_picture: bool = True, paced: bool = False):
         """The placeholders of one reply: the live block picture (diffusion) above the text, so it stays where it
-        is while the text grows, then the text, then the figures. paced: Slow motion (every beat is drawn)."""
-        self.msg, self.model, self.paced = msg, model, paced
+        is while the text grows, then the text, the finished picture (diffusion) and the figures, where the history
+        draws them. prompt_tokens: where the reply starts; paced: Slow motion (every beat is drawn)."""
+        self.msg, self.model, self.paced, self.prompt_tokens = msg, model, paced, prompt_tokens
         self.picture = st.empty() if show_picture else None
         self.text = st.empty()
+        self.finished = st.empty() if show_picture else None
         self.footer = st.empty()
         self._texts: dict[int, str] = {}
         self._last_frame = None
@@ -127,12 +129,11 @@ class ReplyView:
             self._frame_drawn = False
         elif isinstance(ev, Done):
             m["content"], m["stats"], m["stop_reason"], m["done"] = ev.text, dict(ev.stats), ev.stop_reason, True
-            end = int(ev.stats.get("prompt_tokens", 0)) + int(ev.stats.get("tokens", 0))
-            for frame in m["steps"] + ([self._last_frame] if self._last_frame else []):
-                block_picture.cut_at(frame, end)  # nothing past the reply's end
-            if self.picture is not None and self._last_frame is not None:  # end on the last step, cut
-                self._draw_frame()
+            self._cut_frames(int(ev.stats.get("prompt_tokens", self.prompt_tokens)) + int(ev.stats.get("tokens", 0)))
             self.text.markdown(markdown_text(m["content"]) or "_(empty reply)_")
+            if self.picture is not None:  # the live block gives way to the whole reply, tinted by step
+                self.picture.empty()
+                draw_finished_picture(m, self.finished)
             self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
 
     def draw(self) -> None:
@@ -160,6 +161,12 @@ class ReplyView:
         if self.steps_seen:
             figures.update(steps=self.steps_seen, tokens_per_step=tokens / self.steps_seen)
         m["stats"] = figures
+        self._cut_frames(self.prompt_tokens + tokens)
+
+    def _cut_frames(self, end: int) -> None:
+        """Nothing past the reply's end in any picture (its stop token, drafts after it, or after a Stop)."""
+        for frame in self.msg["steps"]:
+            block_picture.cut_at(frame, end)
 
     def _draw_frame(self) -> None:
         caption = f"step {self.steps_seen}"
@@ -197,7 +204,12 @@ def draw_stored(msg: dict) -> None:
         st.info(msg["trim_notice"], icon=":material/content_cut:")
     st.markdown(markdown_text(msg.get("content") or "") or
                 ("_(stopped before the first token)_" if msg.get("stopped") else ""))
-    if msg.get("by_step") and msg.get("stats"):
-        st.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0)),
-                    unsafe_allow_html=True)
+    draw_finished_picture(msg, st)
     st.markdown(stats.html_row(msg), unsafe_allow_html=True)
+
+
+def draw_finished_picture(msg: dict, where) -> None:
+    """The reply tinted by step (block diffusion), into `where` (a placeholder, or st)."""
+    if msg.get("by_step") and msg.get("stats"):
+        where.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0)),
+                       unsafe_allow_html=True)
