@@ -35,15 +35,13 @@ import contextlib
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
 import urllib.parse
-import urllib.request
 
 import pytest
 
+from app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, FRESH_COMPARE, WATCH_PACE, assistant_text, clear_chat,
+                        click_button, click_toggle, compare, free_port, get, messages, reply_tokens, send, set_number,
+                        set_slider, sidebar_text, slider_to_min, slider_value, step_period, streamlit, wait_streaming)
 from bitnet_app.demo import demo_model_dir
 from bitnet_app.ui import model_choices, suggestions
 from fake_hub import FakeHub
@@ -52,9 +50,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 SCREENSHOTS_ENV = "E2E_SCREENSHOTS"  # also copy each screenshot there, without the "e2e-" prefix
 README_SHOT = {"08-diffusion-live-block": "chat"}  # ... and these under the name the README shows them by
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 REPO = "org/bitnet-demo"
 OPEN_PROMPT = "ROMEO.\nBut soft, what light through yonder window breaks?"  # without a prompt file
@@ -75,50 +70,9 @@ def _require_browser():
         pytest.skip(msg)
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _get(url: str, timeout: float) -> tuple[str, float]:
-    t0 = time.monotonic()
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        body = r.read().decode()
-    return body, time.monotonic() - t0
-
-
-@contextlib.contextmanager
-def _streamlit(env: dict, log_name: str):
-    """`streamlit run app.py` on a free loopback port with `env`; yields its URL once healthy."""
-    port = _free_port()
+def _log(name: str) -> str:
     os.makedirs(ARTIFACTS, exist_ok=True)
-    with open(os.path.join(ARTIFACTS, log_name), "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "app.py"),
-                                 "--server.port", str(port), "--server.address", "127.0.0.1",
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if _get(url + "/_stcore/health", 2)[0].strip() == "ok":
-                        break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start; see test-artifacts/{log_name}")
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    return os.path.join(ARTIFACTS, name)
 
 
 def _app_env(root, **extra) -> dict:
@@ -207,98 +161,6 @@ LIVE_MANY = f"""n => {{ const f = ({LIVE_FRAME})(), m = f ? f[0].match(/step (\\
   return f !== null && f[1] >= n && m !== null && Number(m[1]) >= 5; }}"""
 
 
-def _messages(page):
-    return page.locator('[data-testid="stChatMessage"]')
-
-
-def _assistant_text(page, index: int) -> str:
-    return _messages(page).nth(index).locator('[data-testid="stMarkdownContainer"]').first.inner_text()
-
-
-def _sidebar_text(page) -> str:
-    return page.locator('[data-testid="stSidebar"]').inner_text()
-
-
-def _set_number(page, label: str, value: int) -> None:
-    box = page.get_by_label(label, exact=True)
-    box.fill(str(value))
-    box.press("Enter")
-    page.wait_for_timeout(800)
-
-
-FRESH = '[data-testid="stElementContainer"]:not([data-stale="true"])'  # drawn by the current script run
-FRESH_COMPARE = """p => {
-    const fresh = [...document.querySelectorAll('[data-testid="stElementContainer"]:not([data-stale="true"])')];
-    return fresh.some(e => e.innerText.includes('Prompt: ' + p.split('\\n')[0])) &&
-           fresh.some(e => e.querySelector('[data-testid="stMetric"]') && e.innerText.includes('Do the texts agree?'));
-}"""
-
-
-def _slider_to_min(page, label: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').filter(has_text=label) \
-        .get_by_role("slider").press("Home")
-    page.wait_for_timeout(800)
-
-
-def _slider_value(page, label: str) -> str:
-    return page.locator(f'[data-testid="stSidebar"] input[type="range"][aria-label="{label}"]').input_value()
-
-
-def _click_toggle(page, label: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stCheckbox"]').filter(has_text=label).locator("label").click()
-    page.wait_for_timeout(800)
-
-
-def _choose_model(page, label: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
-    page.get_by_role("option", name=label).click()
-    page.wait_for_timeout(800)
-
-
-def _click_button(page, text: str) -> None:
-    page.get_by_role("button", name=text).first.click()
-
-
-def _clear_chat(page) -> None:
-    """Clear chat, clicked again if the click landed while the last reply's rerun redrew the button (nothing to do
-    when the chat is empty)."""
-    if not _messages(page).count():
-        return
-    for attempt in range(3):
-        _click_button(page, "Clear chat")
-        try:
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stChatMessage\"]')", timeout=10_000)
-            return
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError: try once more
-            if attempt == 2:
-                raise
-
-
-def _send(page, text: str) -> None:
-    box = page.locator('[data-testid="stChatInput"] textarea')
-    box.fill(text)
-    box.press("Enter")
-
-
-def _wait_streaming(page, index: int, min_chars: int = 40, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        if _messages(page).count() > index:
-            text = _assistant_text(page, index)
-            if len(text) >= min_chars:
-                return text
-        page.wait_for_timeout(100)
-    raise AssertionError(f"no streamed text in message {index} after {timeout} s (got {text!r})")
-
-
-def _reply_tokens(page, index: int, timeout_ms: int = 120_000) -> int:
-    """The token count in the figures under assistant message `index`, once the reply is done."""
-    row = _messages(page).nth(index).locator(".stat-row")
-    row.filter(has_text="tokens").first.wait_for(timeout=timeout_ms)
-    return int(re.search(r"(\d+) tokens", row.first.inner_text()).group(1))
-
-
 # A MutationObserver that records the live block picture of the last chat message at every change of the page:
 # [ms, the reply's figures are drawn (it is done), slots, slots not masked, slots filled by this step].
 WATCH_PICTURE = """() => {
@@ -319,73 +181,12 @@ WATCH_PICTURE = """() => {
 }"""
 
 
-# The pace of a reply while it streams: window.stepLog = [[ms, the step the live block picture shows]] (each new
-# one), window.rowLog = [[ms, how many reply figures the current run has drawn]] (each change).
-WATCH_PACE = """() => {
-  window.stepLog = []; window.rowLog = [];
-  if (window.paceWatch) window.paceWatch.disconnect();  // one watcher: an older one would log with its own clock
-  const t0 = performance.now();
-  let step = null, rows = 0;
-  window.paceWatch = new MutationObserver(() => {
-    const t = Math.round(performance.now() - t0);
-    const head = document.querySelector('.bp.live .bp-head');
-    const m = head ? head.innerText.match(/step (\\d+)$/) : null;
-    if (m && m[1] !== step) { step = m[1]; window.stepLog.push([t, Number(m[1])]); }
-    const n = document.querySelectorAll(
-      '[data-testid="stElementContainer"]:not([data-stale="true"]) .stat-row').length;
-    if (n !== rows) { rows = n; window.rowLog.push([t, n]); }
-  });
-  window.paceWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
-}"""
-
-
-def _compare(page, prompt: str, while_streaming=None) -> None:
-    """Run Compare on `prompt` and wait for its result; while_streaming(): called once the run has started.
-    Streamlit keeps the previous run's elements on the page, marked data-stale, until it redraws them, and the last
-    result may be for the same prompt: the run clears the figures when it starts (WATCH_PACE sees that), then the
-    fresh summary under this prompt says it is over."""
-    box = page.get_by_placeholder("A prompt to run both ways…")
-    expect_enabled = time.monotonic() + 60
-    while not box.is_enabled() and time.monotonic() < expect_enabled:  # the view switch (or the last run) is over
-        page.wait_for_timeout(200)
-    page.evaluate(WATCH_PACE)
-    box.fill(prompt)
-    box.press("Enter")
-    page.wait_for_function("() => window.rowLog.some(r => r[1] === 0) || !window.rowLog.length && "
-                           "!document.querySelector('.stat-row')", timeout=60_000)
-    if while_streaming is not None:
-        while_streaming()
-    page.wait_for_function(FRESH_COMPARE, arg=prompt, timeout=180_000)
-
-
-def _step_period(log: list) -> float:
-    """Seconds per step from WATCH_PACE's stepLog: the median over successive steps shown."""
-    gaps = sorted((b[0] - a[0]) / 1000 / (b[1] - a[1]) for a, b in zip(log, log[1:]) if b[1] > a[1])
-    assert len(gaps) >= 3, f"too few steps seen: {log}"
-    return gaps[len(gaps) // 2]
-
-
-def _set_slider(page, label: str, value: int) -> None:
-    """A sidebar slider of whole numbers set by keyboard, arrow by arrow until it shows `value` (a key pressed while
-    the page reruns may be lost: look again after each round)."""
-    slider = page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').filter(has_text=label) \
-        .get_by_role("slider")
-    for _ in range(10):
-        now = int(float(_slider_value(page, label)))
-        if now == value:
-            return
-        for _ in range(abs(value - now)):
-            slider.press("ArrowRight" if value > now else "ArrowLeft")
-        page.wait_for_timeout(800)
-    raise AssertionError(f"the {label} slider shows {_slider_value(page, label)}, not {value}")
-
-
 def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
     from playwright.sync_api import expect
 
     # About five seconds of download, so the byte progress is visible for a while.
     with FakeHub({REPO: demo["folder"]}, rate=max(1e5, demo["bytes"] / 5)) as hub, \
-            _streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO), "e2e-streamlit.log") as url, \
+            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO), _log("e2e-streamlit.log")) as url, \
             _page(browser) as (page, requests):
         page.goto(url)
 
@@ -397,24 +198,24 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         _shot(page, "01-first-run-download")
         expect(page.locator('[data-testid="stChatInput"] textarea')).to_be_visible(timeout=180_000)
         assert [r for r in hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
-        assert f"Running {REPO}" in _sidebar_text(page)
+        assert f"Running {REPO}" in sidebar_text(page)
         _shot(page, "02-ready")
 
         # 2. A long reply streams token by token; the server stays responsive; controls are disabled.
         #    The demo model writes thousands of tokens per second: slow motion makes the stream watchable.
-        _click_toggle(page, "Slow motion")
-        _set_number(page, "Max new tokens", demo["context"] - 64)
+        click_toggle(page, "Slow motion")
+        set_number(page, "Max new tokens", demo["context"] - 64)
         # A long reply, so that it is still streaming when Stop is pressed: greedy (the same reply every run) on a
         # play's opening, which the demo model writes on at length (219 tokens, ~9 s in slow motion; sampled, or on
         # a count, which it now ends after ~30 numbers, a reply can be over in 2 s)
-        _slider_to_min(page, "Temperature")
-        _send(page, "Continue this scene:\nKING HENRY.\nNow, lords, for France; the enterprise" if demo["skills"]
+        slider_to_min(page, "Temperature")
+        send(page, "Continue this scene:\nKING HENRY.\nNow, lords, for France; the enterprise" if demo["skills"]
               else "KING HENRY.\nNow, lords, for France; the enterprise")
-        first = _wait_streaming(page, 1)
-        body, took = _get(url + "/_stcore/health", 5)
+        first = wait_streaming(page, 1)
+        body, took = get(url + "/_stcore/health", 5)
         assert body.strip() == "ok" and took < 1.0, f"health answered in {took:.2f} s while streaming"
         page.wait_for_timeout(600)
-        later = _assistant_text(page, 1)
+        later = assistant_text(page, 1)
         # Markdown may re-render the tail of a growing reply (a line becomes a list item, a `*` pair turns into
         # emphasis), so compare the opening words only, with white space folded
         head = " ".join(first.split())[:20]
@@ -427,13 +228,13 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         expect(page.get_by_role("button", name="Stop script")).to_have_count(0)
         page.get_by_role("button", name="Stop the reply").click()
         page.wait_for_timeout(1500)
-        stopped = _assistant_text(page, 1)
+        stopped = assistant_text(page, 1)
         assert len(stopped) >= len(later) - 5
-        _set_number(page, "Seed", 7)  # any widget change reruns the page
+        set_number(page, "Seed", 7)  # any widget change reruns the page
         expect(page.get_by_text("stopped by you")).to_be_visible(timeout=20_000)
-        kept = _assistant_text(page, 1)
+        kept = assistant_text(page, 1)
         assert kept and stopped.rstrip(" ▌").startswith(kept[:20]), (kept[:60], stopped[:60])
-        figures = _messages(page).nth(1).locator(".stat-row").first.inner_text()
+        figures = messages(page).nth(1).locator(".stat-row").first.inner_text()
         assert re.search(r"\d+ tokens", figures) and "tok/s" in figures and "first token" in figures, figures
         _shot(page, "04-stopped-kept")
         _assert_only_local(requests)
@@ -444,8 +245,8 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
 def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path):
     from playwright.sync_api import expect
 
-    env = _app_env(tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{_free_port()}")  # the Hub out of reach
-    with _streamlit(env, "e2e-streamlit-offline.log") as url, _page(browser) as (page, requests):
+    env = _app_env(tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")  # the Hub out of reach
+    with streamlit(env, _log("e2e-streamlit-offline.log")) as url, _page(browser) as (page, requests):
         chat_box = page.locator('[data-testid="stChatInput"] textarea')
         page.goto(url)
 
@@ -453,13 +254,13 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         expect(page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded")) \
             .to_be_visible(timeout=60_000)
         expect(chat_box).to_be_visible(timeout=60_000)
-        assert "Running the bundled demo model" in _sidebar_text(page)
-        assert "1.2 GB download" not in _sidebar_text(page)
+        assert "Running the bundled demo model" in sidebar_text(page)
+        assert "1.2 GB download" not in sidebar_text(page)
         expect(page.locator('[data-testid="stToast"]')).to_have_count(0)  # nothing covers the notice
         picker = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Model")
         assert picker.input_value().startswith("Demo model"), picker.input_value()  # the model that runs
         notice = page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded").inner_text()
-        assert "runs offline" not in notice and "runs offline" in _sidebar_text(page)  # described once, in the sidebar
+        assert "runs offline" not in notice and "runs offline" in sidebar_text(page)  # described once, in the sidebar
         picker.click()
         options = page.get_by_role("option")
         expect(options.first).to_be_visible(timeout=10_000)
@@ -474,8 +275,8 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         # 2. The detour: the user's settings, then "Pick another model", a mistyped folder (an error page),
         #    and back to the demo model. The settings are still the user's; the reply has its normal length.
         max_tokens = 64
-        _set_number(page, "Max new tokens", max_tokens)
-        temperature = _slider_value(page, "Temperature")
+        set_number(page, "Max new tokens", max_tokens)
+        temperature = slider_value(page, "Temperature")
         page.get_by_role("button", name="Pick another model").click()
         expect(page.get_by_text("Type a Hub repo id")).to_be_visible(timeout=20_000)
         box = page.get_by_label("Hub repo id or folder", exact=True)
@@ -483,15 +284,15 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         box.press("Enter")
         expect(page.get_by_text("That model was not found")).to_be_visible(timeout=20_000)
         _shot(page, "06-error-page")
-        _click_button(page, "Use the bundled demo model")
+        click_button(page, "Use the bundled demo model")
         expect(chat_box).to_be_visible(timeout=60_000)
         assert page.get_by_label("Max new tokens", exact=True).input_value() == str(max_tokens)
-        assert _slider_value(page, "Temperature") == temperature
-        _set_number(page, "Seed", 3)  # touching any control used to bring the others back at their minimum
+        assert slider_value(page, "Temperature") == temperature
+        set_number(page, "Seed", 3)  # touching any control used to bring the others back at their minimum
         assert page.get_by_label("Max new tokens", exact=True).input_value() == str(max_tokens)
         first_prompt = demo["skills"][0] if demo["skills"] else "ROMEO.\nBut soft, what light through yonder window"
-        _send(page, first_prompt)
-        tokens = _reply_tokens(page, 1)
+        send(page, first_prompt)
+        tokens = reply_tokens(page, 1)
         assert tokens >= 8, f"a {tokens}-token reply after the detour"
         _shot(page, "07-after-the-detour")
 
@@ -499,48 +300,48 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         #    The app draws it at the first step and then at most every REDRAW_S, and ends on the last step; the
         #    demo model's replies now take ~20 ms, within a browser frame or two, so whether a frame lands before
         #    the footer is up to the browser's batching: every frame it shows is checked, streamed or final.
-        _clear_chat(page)
+        clear_chat(page)
         page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
         page.wait_for_timeout(800)
-        _set_number(page, "Max new tokens", min(192, demo["context"] - 96))
+        set_number(page, "Max new tokens", min(192, demo["context"] - 96))
         page.evaluate(WATCH_PICTURE)
-        _send(page, demo["open"][0] if demo["open"] else "KING HENRY.\nNow, lords, for France; the enterprise")
-        _reply_tokens(page, 1)
+        send(page, demo["open"][0] if demo["open"] else "KING HENRY.\nNow, lords, for France; the enterprise")
+        reply_tokens(page, 1)
         log = page.evaluate("() => window.pictureLog")
         assert log, "the live block picture never showed"
         assert all(r[2] > 0 and r[3] > 0 for r in log), f"an empty block picture: {log}"
 
         # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step, at two
         #    rates a presenter sets: a step every 1/rate seconds. The finished reply keeps its picture, no click.
-        _clear_chat(page)
-        _click_toggle(page, "Slow motion")
-        _slider_to_min(page, "Temperature")  # greedy: the same reply at both rates
+        clear_chat(page)
+        click_toggle(page, "Slow motion")
+        slider_to_min(page, "Temperature")  # greedy: the same reply at both rates
         periods, skill = {}, None
         for rate in (8, 2):
-            _set_slider(page, "Steps per second", rate)
+            set_slider(page, "Steps per second", rate)
             for prompt in ([skill] if skill else demo["skills"][:4] or [OPEN_PROMPT]):  # a reply of 5+ steps
-                _clear_chat(page)
+                clear_chat(page)
                 page.evaluate(WATCH_PICTURE)
                 page.evaluate(WATCH_PACE)
-                _send(page, prompt)
-                expect(_messages(page).last.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
+                send(page, prompt)
+                expect(messages(page).last.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
                 if rate == 2:  # a step lasts half a second: one shot of a frame that filled several slots
                     with contextlib.suppress(Exception):  # playwright's TimeoutError: then the frame shown now
                         page.wait_for_function(LIVE_MANY, arg=3 if demo["skills"] else 1, timeout=20_000)
                     _shot(page, "08-diffusion-live-block")
-                _reply_tokens(page, 1)
+                reply_tokens(page, 1)
                 if len(page.evaluate("() => window.stepLog")) >= 5:
                     skill = prompt
                     break
-            periods[rate] = _step_period(page.evaluate("() => window.stepLog"))
+            periods[rate] = step_period(page.evaluate("() => window.stepLog"))
         assert 0.3 <= periods[2] <= 0.9 and 0.06 <= periods[8] <= 0.3 and periods[2] > 2.2 * periods[8], periods
         if demo["skills"]:
             most = max(r[4] for r in page.evaluate("() => window.pictureLog"))
             assert most >= 3, f"at most {most} slots filled in one step on a skill prompt"
-        finished = _messages(page).nth(1).locator(".bp-final")
+        finished = messages(page).nth(1).locator(".bp-final")
         expect(finished).to_be_visible()  # after the reply, without a click
         assert finished.locator(".tok").count() >= 3 and "Block diffusion writes" in finished.inner_text()
-        _messages(page).nth(1).scroll_into_view_if_needed()
+        messages(page).nth(1).scroll_into_view_if_needed()
         _shot(page, "12-finished-picture")
 
         # 5. The replay: as it plays, the slider shows the step the picture shows.
@@ -565,12 +366,12 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
 
         # 6. Compare in Slow motion at two rates, from its suggestions: both sides take a step at a time (AR a token,
         #    diffusion a step), so diffusion's steps and AR's tokens come at the same pace; no suggestion stays.
-        _set_number(page, "Max new tokens", 64)
+        set_number(page, "Max new tokens", 64)
         page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
         expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
         offered = [suggestions.button_label(p) for p in demo["skills"] + demo["open"]]
         for rate in (20, 6):
-            _set_slider(page, "Steps per second", rate)
+            set_slider(page, "Steps per second", rate)
             if rate == 20 and offered:  # the first run starts from the suggestions
                 expect(page.get_by_role("button", name=offered[0])).to_have_count(1)
 
@@ -581,9 +382,9 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
                 if rate == 6:
                     page.wait_for_timeout(1500)
                     _shot(page, "13-compare-slow-motion")
-            _compare(page, skill, streaming)  # the chat's prompt, whose reply has enough steps
+            compare(page, skill, streaming)  # the chat's prompt, whose reply has enough steps
             steps = page.evaluate("() => window.stepLog")
-            diffusion_period = _step_period(steps)
+            diffusion_period = step_period(steps)
             ar_row = page.locator(f"{FRESH} .stat-row").filter(has_text="Autoregressive").first.inner_text()
             ar_tokens = int(re.search(r"(\d+) tokens", ar_row).group(1))
             ar_done = page.evaluate("""() => { const log = window.rowLog, cleared = log.findIndex(r => r[1] === 0);
@@ -591,14 +392,14 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
             ar_period = (ar_done - steps[0][0]) / 1000 / max(ar_tokens - 1, 1)
             assert 0.5 / rate <= diffusion_period <= 2.5 / rate, (rate, diffusion_period)
             assert 0.5 <= ar_period / diffusion_period <= 2.0, (rate, ar_period, diffusion_period)  # in step
-        _click_toggle(page, "Slow motion")
+        click_toggle(page, "Slow motion")
 
         # 7. Compare on a skill prompt, greedy: the same text on both sides, tokens per step explained. The
         #    demo model's skill prompts are tried in the file's order until the two texts agree (at most 8).
-        _slider_to_min(page, "Temperature")
+        slider_to_min(page, "Temperature")
         agree = ""
         for prompt in demo["skills"][:8] or ["HAMLET.\nTo be, or not to be, that is the question:"]:
-            _compare(page, prompt)
+            compare(page, prompt)
             agree = page.locator(f'{FRESH} [data-testid="stMetric"]').filter(has_text="Do the texts agree?").inner_text()
             if "identical" in agree:
                 break
@@ -632,19 +433,19 @@ def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
     repo = "org/llama3-tiny-1.58bit"
     truth = make_family_checkpoint(str(tmp_path / "llama3"), "llama3")
     with FakeHub({repo: truth["folder"]}) as hub, \
-            _streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo), "e2e-streamlit-llama.log") as url, \
+            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo), _log("e2e-streamlit-llama.log")) as url, \
             _page(browser) as (page, requests):
         page.goto(url)
         chat_box = page.locator('[data-testid="stChatInput"] textarea')
         expect(chat_box).to_be_visible(timeout=180_000)
         assert [r for r in hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
-        assert f"Running **{repo}**" in _sidebar_text(page) or f"Running {repo}" in _sidebar_text(page)
+        assert f"Running **{repo}**" in sidebar_text(page) or f"Running {repo}" in sidebar_text(page)
         page.get_by_text("What each model needs here").click()
         expect(page.get_by_text("tiiuae/Falcon3-7B-Instruct-1.58bit")).to_be_visible(timeout=10_000)
-        _set_number(page, "Max new tokens", 16)
-        _set_number(page, "Seed", 5)
-        _send(page, "Hello! How are you today?")
-        tokens = _reply_tokens(page, 1)
+        set_number(page, "Max new tokens", 16)
+        set_number(page, "Seed", 5)
+        send(page, "Hello! How are you today?")
+        tokens = reply_tokens(page, 1)
         assert 1 <= tokens <= 16
         _shot(page, "11-llama-family")
         _assert_only_local(requests)
