@@ -566,7 +566,8 @@ def test_a_finished_reply_is_drawn_where_it_streamed(env, monkeypatch):
     assert _chat_paths(at) == streamed
 
 
-def test_compare_draws_its_result_where_it_streamed_and_no_suggestion_stays(env, monkeypatch):
+def test_compare_draws_its_result_where_it_streamed_and_no_suggestion_stays(env, monkeypatch, demo_with_prompts):
+    env.setenv("BITNET_APP_MODEL", demo_with_prompts)  # a model with a prompt file: skill suggestions, with a note
     at = _app()
     at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
     at.segmented_control(key="view").set_value("Compare").run()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bitnet_app.__main__ import build_parser, in_flag_words
+from bitnet_app.__main__ import build_parser
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,6 +40,8 @@ def test_more_new_tokens_than_the_context_holds_is_said(tmp_path):
 
 
 def test_messages_name_the_flags_not_the_fields():
+    from bitnet_app.__main__ import in_flag_words
+
     assert in_flag_words("max_new_tokens must be an integer >= 1, not 0") == \
         "--max-new-tokens must be an integer >= 1, not 0"
     assert in_flag_words("seed must be an integer >= 0 or None, not -1") == "--seed must be an integer >= 0, not -1"
