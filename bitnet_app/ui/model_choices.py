@@ -27,7 +27,7 @@ def demo_description() -> str:
         return ("A tiny chat model that ships with the app and runs offline, trained here (briefly) for both decode "
                 "modes on short skills (counting, times tables, the alphabet, spelling…) and on Shakespeare. Expect "
                 "answers in the right form, not always right; on counts and tables block diffusion fills more than "
-                "one slot per forward.")
+                "one slot per step.")
     return ("A tiny model trained on Shakespeare that ships with the app and runs offline: it continues the text "
             "you give it (expect style, not sense) and was trained for block diffusion.")
 

@@ -122,7 +122,7 @@ def settings(model, busy: bool) -> None:
                            "sides take one step at a time.")
         if ss.mode == "diffusion" and not model.trained_for_diffusion:
             st.info("This checkpoint was not trained for block diffusion: it still runs (causal pattern, "
-                    "leftmost slot first) but expect about one token per forward and AR speed.",
+                    "leftmost slot first) but expect about one token per step and AR speed.",
                     icon=":material/info:")
         for section, (title, icon) in EXPANDERS.items():
             with st.expander(title, expanded=section == "sampling" or ss.mode == section, icon=icon):
