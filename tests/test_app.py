@@ -600,9 +600,9 @@ def test_a_short_reply_is_timed_again_off_screen(env):
     msg = _chat(at, "Hello")
     assert msg["stats"]["total_s"] < timing.RETIME_BELOW_S
     t = msg["timing"]
-    assert t["runs"] == timing.RUNS and t["low"] <= t["median"] <= t["high"]
+    assert t["runs"] == timing.runs_for(msg["stats"]["total_s"]) and t["low"] <= t["median"] <= t["high"]
     row = [m.value for m in at.chat_message[1].markdown if "stat-row" in m.value][0]
-    assert f"median of {timing.RUNS} runs" in row
+    assert f"median of {t['runs']} runs" in row
 
 
 def test_compare_times_both_again_and_says_why_in_one_sentence(env):
@@ -613,7 +613,8 @@ def test_compare_times_both_again_and_says_why_in_one_sentence(env):
     at.chat_input(key="compare_prompt").set_value("Hello").run()
     assert not at.exception, at.exception
     result = at.session_state["compare"]
-    assert result["timing"]["runs"] == 5 and result["ar"]["timing"] and result["diffusion"]["timing"]
+    runs = result["timing"]["runs"]
+    assert runs % 2 and 3 <= runs <= 9 and result["ar"]["timing"]["runs"] == result["diffusion"]["timing"]["runs"] == runs
     sentence = [m.value for m in at.markdown if "Block diffusion was" in m.value]
     assert sentence and "tokens on average" in sentence[0] and "AR tokens" in sentence[0]
     assert any(m.label == "Tokens per step (diffusion)" for m in at.metric)

@@ -114,6 +114,7 @@ def test_timing_takes_the_median_and_spread_of_the_runs():
     assert (m["speedup"], m["low"], m["high"], m["runs"]) == (2.0, 0.5, 4.0, 3)
     assert m["tokens_per_step"] == 5.0 and abs(m["step_in_ar_tokens"] - 2.5) < 1e-9  # that pair's own figures
     assert timing.too_short({"total_s": 0.01}) and not timing.too_short({"total_s": 2.0}) and not timing.too_short(None)
+    assert (timing.runs_for(0.01), timing.runs_for(0.2), timing.runs_for(0.4)) == (9, 5, 3)  # odd, about a second
 
 
 def test_a_retimed_reply_shows_the_median_with_its_spread():

@@ -132,7 +132,8 @@ def _generate(loaded) -> None:
                 events.close()
             if timing.too_short(msg["stats"]):
                 view.note("timing it again off screen…")
-                runs = timing.time_again({"reply": timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))})
+                job = timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))
+                runs = timing.time_again({"reply": job}, timing.runs_for(msg["stats"]["total_s"]))
                 msg["timing"] = timing.spread([s["tok_s"] for s in runs["reply"]])
         except ContextOverflow as exc:
             msg["error"] = (f"This message is too long for the model ({exc.prompt_tokens} tokens, the context "

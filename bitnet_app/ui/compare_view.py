@@ -108,7 +108,7 @@ def _time_again(result: dict, engines: dict, ids: list, params: dict, views: dic
     for mode in MODES:
         views[mode].note("timing it again off screen…")
     jobs = {mode: timing.Job(engines[mode].model, ids, params[mode]) for mode in MODES}  # both cold, as they ran
-    runs = timing.time_again(jobs)
+    runs = timing.time_again(jobs, timing.runs_for(max(result[m]["stats"]["total_s"] for m in MODES)))
     for mode in MODES:
         result[mode]["timing"] = timing.spread([s["tok_s"] for s in runs[mode]])
     result["timing"] = timing.median_pair(runs["ar"], runs["diffusion"])

@@ -4,12 +4,13 @@ The figures under a reply are the decoder's own (Done.stats: the work inside the
 yield). Yet while the page streams, the browser paints and Streamlit's server thread sends on the same cores, and
 the server thread holds the GIL between the decoder's calls, so one short reply (the demo model writes 89 tokens
 in about 10 ms) can read anywhere from a tenth of its speed to all of it. So a reply with less than RETIME_BELOW_S
-of decoder time is run RUNS more times here, with nothing drawn, and shown as the median with its spread. In
+of decoder time is run again here a few times (runs_for: as many as fit in about a second, odd, 3 to 9), with
+nothing drawn, and shown as the median with its spread. In
 Compare the two modes run in turn (AR, diffusion, AR, ...), so both meet the same machine, and the speed-up is
 that of the median pair. Each run does the shown reply's work: the same settings and seed (so the same ids) and
 the same cached prompt prefix (Model.forget_cache keeps what the shown run found cached).
 
-    runs = time_again({"ar": Job(model, ids, params, reused)})   # {name: [Done.stats, ...]}, RUNS each
+    runs = time_again({"ar": Job(model, ids, params, reused)}, runs_for(stats["total_s"]))  # {name: [stats...]}
     spread([s["tok_s"] for s in runs["ar"]])                      # {"median", "low", "high", "runs"}
     pair(ar_stats, diffusion_stats)                               # speed-up, tokens per step, a step in AR tokens
 """
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from ..decode.events import Done
 
 RETIME_BELOW_S = 0.5  # a reply with less decoder time than this is timed again off screen
-RUNS = 5              # runs per mode; odd, so that the median is one of the runs
+BUDGET_S = 1.0        # ... in about this much decoder time per mode,
+MIN_RUNS, MAX_RUNS = 3, 9  # ... in this many runs; odd, so that the median is one of the runs
 
 
 @dataclass
@@ -37,7 +39,14 @@ def too_short(stats: dict | None) -> bool:
     return bool(stats) and float(stats.get("total_s", 0.0)) < RETIME_BELOW_S
 
 
-def time_again(jobs: dict, runs: int = RUNS) -> dict:
+def runs_for(seconds: float) -> int:
+    """How many runs time a reply that took `seconds` again: as many as fit in BUDGET_S, odd, MIN_RUNS..MAX_RUNS
+    (a 10 ms reply gets 9, a 0.4 s one 3)."""
+    n = max(MIN_RUNS, min(MAX_RUNS, int(BUDGET_S / max(float(seconds), 1e-3))))
+    return n if n % 2 else n - 1
+
+
+def time_again(jobs: dict, runs: int) -> dict:
     """{name: Job} -> {name: [Done.stats of each run]}: every job once per round, in the dict's order, `runs`
     rounds. Nothing is drawn meanwhile (the page's drawing is what disturbed the first run)."""
     out = {name: [] for name in jobs}
