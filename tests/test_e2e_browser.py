@@ -156,6 +156,11 @@ LIVE_FRAME = """() => { const msgs = document.querySelectorAll('[data-testid="st
     ? [bp.querySelector('.bp-head').innerText, bp.querySelectorAll('.bp-slots .slot.new').length] : null; }"""
 
 
+# whether the live block picture lies wholly between the top of the window and the chat input pinned to its bottom
+LIVE_IN_VIEW = """() => { const bp = document.querySelector('.bp.live'), box = document.querySelector('[data-testid="stBottom"]');
+  if (!bp) return false;
+  const r = bp.getBoundingClientRect();
+  return r.top >= 0 && r.bottom <= (box ? box.getBoundingClientRect().top : window.innerHeight); }"""
 # a live frame that filled n+ slots in one step, from the fifth step on (some text already written)
 LIVE_MANY = f"""n => {{ const f = ({LIVE_FRAME})(), m = f ? f[0].match(/step (\\d+)$/) : null;
   return f !== null && f[1] >= n && m !== null && Number(m[1]) >= 5; }}"""
@@ -312,7 +317,8 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         assert all(r[2] > 0 and r[3] > 0 for r in log), f"an empty block picture: {log}"
 
         # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step, at two
-        #    rates a presenter sets: a step every 1/rate seconds. The finished reply keeps its picture, no click.
+        #    rates a presenter sets: a step every 1/rate seconds. The second reply comes under the first: its live
+        #    picture is kept in view while it fills. The finished reply keeps its picture, no click.
         clear_chat(page)
         click_toggle(page, "Slow motion")
         slider_to_min(page, "Temperature")  # greedy: the same reply at both rates
@@ -320,7 +326,8 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         for rate in (8, 2):
             set_slider(page, "Steps per second", rate)
             for prompt in ([skill] if skill else demo["skills"][:4] or [OPEN_PROMPT]):  # a reply of 5+ steps
-                clear_chat(page)
+                if rate == 8:
+                    clear_chat(page)
                 page.evaluate(WATCH_PICTURE)
                 page.evaluate(WATCH_PACE)
                 send(page, prompt)
@@ -328,8 +335,10 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
                 if rate == 2:  # a step lasts half a second: one shot of a frame that filled several slots
                     with contextlib.suppress(Exception):  # playwright's TimeoutError: then the frame shown now
                         page.wait_for_function(LIVE_MANY, arg=3 if demo["skills"] else 1, timeout=20_000)
+                    page.wait_for_timeout(300)  # the page's own scroll
+                    assert page.evaluate(LIVE_IN_VIEW), "the live block picture is out of sight"
                     _shot(page, "08-diffusion-live-block")
-                reply_tokens(page, 1)
+                reply_tokens(page, messages(page).count() - 1)
                 if len(page.evaluate("() => window.stepLog")) >= 5:
                     skill = prompt
                     break
@@ -338,16 +347,17 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         if demo["skills"]:
             most = max(r[4] for r in page.evaluate("() => window.pictureLog"))
             assert most >= 3, f"at most {most} slots filled in one step on a skill prompt"
-        finished = messages(page).nth(1).locator(".bp-final")
+        finished = messages(page).last.locator(".bp-final")
         expect(finished).to_be_visible()  # after the reply, without a click
         assert finished.locator(".tok").count() >= 3 and "Block diffusion writes" in finished.inner_text()
-        messages(page).nth(1).scroll_into_view_if_needed()
+        finished.scroll_into_view_if_needed()
         _shot(page, "12-finished-picture")
 
         # 5. The replay: as it plays, the slider shows the step the picture shows.
-        page.get_by_text("diffusion steps").last.click()
+        replay = messages(page).last.locator('[data-testid="stExpander"]').filter(has_text="diffusion steps")
+        expect(replay).to_be_visible(timeout=30_000)  # drawn once the reply is stored (its figures come first)
+        replay.get_by_text("diffusion steps").click()
         page.wait_for_timeout(500)
-        replay = page.locator('[data-testid="stExpander"]').filter(has_text="diffusion steps").last
         steps = int(re.search(r"Replay the (\d+) diffusion steps", replay.inner_text()).group(1))
         replay.get_by_role("button", name="Play").click()
         seen = []

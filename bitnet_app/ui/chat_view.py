@@ -82,9 +82,10 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
             reply.draw_stored(m)
             if m.get("steps"):
                 _replay(i, m, busy)
+            actions = st.empty()  # always drawn: while a reply streams, no stale Regenerate stays on an older one
             if i == len(msgs) - 1 and not busy:
-                st.button("Regenerate", on_click=_regenerate, icon=":material/refresh:", type="tertiary",
-                          key="regenerate", help="Drop this reply and write a new one for the same question.")
+                actions.button("Regenerate", on_click=_regenerate, icon=":material/refresh:", type="tertiary",
+                               key="regenerate", help="Drop this reply and write a new one for the same question.")
 
 
 def _conversation(model) -> list[dict]:
