@@ -157,7 +157,8 @@ LIVE_FRAME = """() => { const msgs = document.querySelectorAll('[data-testid="st
 
 
 # whether the live block picture lies wholly between the top of the window and the chat input pinned to its bottom
-LIVE_IN_VIEW = """() => { const bp = document.querySelector('.bp.live'), box = document.querySelector('[data-testid="stBottom"]');
+LIVE_IN_VIEW = """() => { const bp = document.querySelector('.bp.live');
+  const box = document.querySelector('[data-testid="stBottom"]');
   if (!bp) return false;
   const r = bp.getBoundingClientRect();
   return r.top >= 0 && r.bottom <= (box ? box.getBoundingClientRect().top : window.innerHeight); }"""
@@ -191,7 +192,8 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
 
     # About five seconds of download, so the byte progress is visible for a while.
     with FakeHub({REPO: demo["folder"]}, rate=max(1e5, demo["bytes"] / 5)) as hub, \
-            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO), _log("e2e-streamlit.log")) as url, \
+            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO),
+                      _log("e2e-streamlit.log")) as url, \
             _page(browser) as (page, requests):
         page.goto(url)
 
@@ -270,7 +272,8 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         options = page.get_by_role("option")
         expect(options.first).to_be_visible(timeout=10_000)
         names = options.all_inner_texts()
-        assert "bitnet-b1.58-2B-4T-bf16 · 4.8 GB" in names and any("Llama3-8B" in n and "GB" in n for n in names), names
+        assert "bitnet-b1.58-2B-4T-bf16 · 4.8 GB" in names, names
+        assert any("Llama3-8B" in n and "GB" in n for n in names), names
         _shot(page, "14-picker-sizes")
         page.keyboard.press("Escape")
         page.get_by_role("button", name="Retry the download").click()
@@ -443,7 +446,8 @@ def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
     repo = "org/llama3-tiny-1.58bit"
     truth = make_family_checkpoint(str(tmp_path / "llama3"), "llama3")
     with FakeHub({repo: truth["folder"]}) as hub, \
-            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo), _log("e2e-streamlit-llama.log")) as url, \
+            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo),
+                      _log("e2e-streamlit-llama.log")) as url, \
             _page(browser) as (page, requests):
         page.goto(url)
         chat_box = page.locator('[data-testid="stChatInput"] textarea')

@@ -66,7 +66,8 @@ def render(frame: dict, *, caption: str = "", live: bool = False) -> str:
     head = (f"Block {frame.get('block', 1)} of the reply · {filled} of {open_slots} places filled"
             + (f" · {html.escape(caption)}" if caption else ""))
     cls = "bp live" if live else "bp"
-    return f'<div class="{cls}"><div class="bp-head">{head}</div><div class="bp-slots">{"".join(parts)}</div>{LEGEND}</div>'
+    slots = "".join(parts)
+    return f'<div class="{cls}"><div class="bp-head">{head}</div><div class="bp-slots">{slots}</div>{LEGEND}</div>'
 
 
 def _token_html(text: str) -> str:

@@ -170,8 +170,7 @@ class ReplyView:
 
     def _draw_frame(self) -> None:
         caption = f"step {self.steps_seen}"
-        self.picture.markdown(block_picture.render(self._last_frame, caption=caption, live=not self.msg["done"]),
-                              unsafe_allow_html=True)
+        self.picture.markdown(block_picture.render(self._last_frame, caption=caption, live=True), unsafe_allow_html=True)
         self._frame_drawn = True
 
     def _due(self, what: str) -> bool:
