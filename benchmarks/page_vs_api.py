@@ -20,6 +20,7 @@ Bars, each printed with PASS or FAIL (exit status 1 when one fails):
   - the page's Compare speed-ups lie within 1.3x of each other (highest / lowest);
   - their median lies within 25% of the API's speed-up;
   - the chat's AR tok/s (median of the replies) is at least 60% of the API's.
+Printed beside them, without a verdict: the issue's aim for a reply's tok/s, within 15% of the API's.
 """
 import argparse
 import dataclasses
@@ -169,6 +170,8 @@ def main(argv=None) -> int:
           f"{statistics.median(api['ar_tok_s']):,.0f}")
     for b in bars:
         print(f"{'PASS' if b['passed'] else 'FAIL'}  {b['bar']}: {b['value']:.2f}")
+    aim = abs(bars[2]["value"] - 1)
+    print(f"({'met' if aim <= 0.15 else 'not met'})  aim: chat AR tok/s within 15% of the API's: {aim:.0%} off")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"prompt": args.prompt, "sampled": args.sampled, "seed": args.seed, "page": page, "api": api,
