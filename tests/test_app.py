@@ -578,16 +578,28 @@ def test_compare_draws_its_result_where_it_streamed_and_no_suggestion_stays(env,
         patch.setattr(st, "rerun", lambda *a, **k: None)
         at.chat_input(key="compare_prompt").set_value("Hello").run()
     assert not at.exception, at.exception
-    streamed, nodes = _chat_paths(at), dict(_paths(at._tree))
-    # In the browser an element stays on screen until a run replaces it, and a block (columns, a container) sent
-    # again keeps its old children until they are replaced: each suggestion must lie under an element (not a block)
-    # of the run that streams, which replaces it whole.
-    for path in suggested:
-        under = [path[:i] for i in range(2, len(path) + 1)]
-        assert any(q in nodes and not isinstance(nodes[q], Block) for q in under), f"a suggestion stays at {path}"
+    streamed = _chat_paths(at)
+    _nothing_stays(suggested, dict(_paths(at._tree)), "a suggestion")
     at.run()
     assert at.session_state["compare"]["ar"]["done"]
     assert _chat_paths(at) == streamed
+    # ... and the next run that streams leaves no part of this result's summary on screen either
+    summary = [p for p, n in _paths(at._tree) if getattr(n, "type", "") == "metric"]
+    assert summary
+    with monkeypatch.context() as patch:
+        patch.setattr(st, "rerun", lambda *a, **k: None)
+        at.chat_input(key="compare_prompt").set_value("Hello again").run()
+    assert not at.exception, at.exception
+    _nothing_stays(summary, dict(_paths(at._tree)), "a part of the last summary")
+
+
+def _nothing_stays(paths, nodes, what) -> None:
+    """In the browser an element stays on screen until a run replaces it, and a block (columns, a container) sent
+    again keeps its old children until they are replaced: each of `paths` must lie under an element (not a block)
+    of the run `nodes` come from, which replaces it whole."""
+    for path in paths:
+        under = [path[:i] for i in range(2, len(path) + 1)]
+        assert any(q in nodes and not isinstance(nodes[q], Block) for q in under), f"{what} stays at {path}"
 
 
 def test_a_short_reply_is_timed_again_off_screen(env):

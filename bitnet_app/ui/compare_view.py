@@ -124,6 +124,7 @@ def _run(loaded, second, prompt: str) -> None:
     system_prompt = state.system_prompt(model)
     st.markdown(f"**Prompt:** {prompt}")
     boxes = _columns()
+    st.empty()  # where the finished run draws its summary: the last run's summary is replaced now, not left stale
     views, events = {}, {}
     works = {mode: reply.Work() for mode in MODES}
     engines = {"ar": loaded, "diffusion": second}
@@ -163,16 +164,19 @@ def _run(loaded, second, prompt: str) -> None:
 
 
 def _draw_result(result: dict) -> None:
+    """The finished run, in the places the run that streamed it drew (_run): the prompt, the columns, then one
+    place for what only a finished run has (an error, the summary)."""
     st.markdown(f"**Prompt:** {result['prompt']}")
-    if result.get("error"):
-        st.error(result["error"], icon=":material/error:")
     boxes = _columns()
     for mode in MODES:
         with boxes[mode]:
             with st.chat_message("assistant"):
                 reply.draw_stored(result[mode])
-    if result["ar"].get("stats") and result["diffusion"].get("stats"):
-        _draw_summary(result)
+    with st.container():
+        if result.get("error"):
+            st.error(result["error"], icon=":material/error:")
+        if result["ar"].get("stats") and result["diffusion"].get("stats"):
+            _draw_summary(result)
 
 
 def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
@@ -192,13 +196,12 @@ def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
     st.chat_input("A prompt to run both ways…", key="compare_prompt", submit_mode="stop", on_submit=_submit)
     # Two places, each drawn in every run: in the browser an element stays on screen until a run replaces it (a
     # block sent again keeps its old children until they are replaced), so the run that streams leaves `examples`
-    # empty (no stale suggestion among the replies) and clears `body` (no stale summary of the last prompt), then
-    # streams in it; the finished result is drawn there in place (not a second time beside it).
+    # empty (no stale suggestion among the replies) and streams in `body`, where the finished result is then drawn
+    # in place (not a second time beside it); _run and _draw_result draw the same places in it.
     examples, body = st.empty(), st.empty()
     if busy:
         with st.sidebar:  # not in the page's flow: the replies stream where the result will show them
             state.resume_watch()
-        body.empty()
         with body.container():
             _run(loaded, load_second(), state.run()["job"]["prompt"])
         return
