@@ -35,6 +35,11 @@ class EngineFileError(ValueError):
     """A file that is not a (current, intact) engine file: the message says what to do."""
 
 
+class NonFiniteLogits(EngineFileError):
+    """The engine computed NaN or infinite logits: the file's weights hold values no real model has (engine/runtime.py
+    stops the reply rather than sample from them)."""
+
+
 def _fail(where: str, what: str):
     raise EngineFileError(f"{where} {what}. Convert the checkpoint again.")
 
