@@ -20,7 +20,7 @@ from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE
 from ..engine.rope import ROPE_SCALING_KEYS
 from ..engine.shapes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
 from ..engine.validate import ACTIVATIONS, config_problem
-from .families import FAMILIES, Family, family_of
+from .families import FAMILIES, Family, architectures_of, family_of
 from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, read_text
 
 MASK_TOKEN = "|<MASK>|"          # the mask token of BitNet DLM checkpoints (tokenizer resized to 128257 rows)
@@ -99,7 +99,7 @@ def not_bitnet_reason(raw: dict, where: str) -> str | None:
     message saying what it is and what to do. Used before any weights are downloaded."""
     if family_of(raw) is not None:
         return None
-    archs = [str(a) for a in raw.get("architectures") or []]
+    archs = architectures_of(raw)
     qc = raw.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
     what = f"a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'})"
@@ -120,6 +120,10 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     """config.json -> (engine config, raw). Accepts the flat `rope_theta` of the real checkpoints and the
     `rope_parameters` dict newer transformers writes."""
     raw = read_json(folder, "config.json", required=True)
+    archs = raw.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ConvertError(f"config.json in {folder} has architectures = {str(archs)[:80]}; it must be a list of class "
+                           'names such as ["BitNetForCausalLM"]. Fix config.json or download the checkpoint again.')
     reason = not_bitnet_reason(raw, folder)
     if reason:
         raise NotBitNet(reason)
@@ -231,7 +235,8 @@ def _rope_scaling(raw: dict, fam: Family) -> dict | None:
 
 def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
     """quantization_config -> (quant_method, linear_class, quantization_mode); None where a key is absent."""
-    qc = raw.get("quantization_config") or {}
+    qc = raw.get("quantization_config")
+    qc = {} if qc is None else qc   # absent; [], "" or 0 are as wrong as "x"
     if not isinstance(qc, dict):
         raise ConvertError(f"config.json has quantization_config = {qc!r}, not an object. Fix config.json.")
     method, lc, mode = qc.get("quant_method"), qc.get("linear_class"), qc.get("quantization_mode")

@@ -35,6 +35,19 @@ def _rust_call(what: str, fn, *args, **kwargs):
                              "it again.") from None
 
 
+def check_text(text, what: str = "the text") -> None:
+    """ValueError unless `text` is a str that UTF-8 can encode: a prompt read from bytes that were not UTF-8 (a
+    terminal in another encoding; Python keeps such bytes as lone surrogates) is the input's fault, and is said so
+    here rather than blamed on the model's tokenizer."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a str, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid UTF-8: character {exc.start} ({text[exc.start]!r}) stands for a byte "
+                         "that is no character (a prompt in another encoding?). Give the text as UTF-8.") from None
+
+
 def _token_content(value) -> str | None:
     """tokenizer_config stores special tokens as a string or as {"content": ...}."""
     if isinstance(value, dict):
@@ -122,6 +135,7 @@ class Tokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        check_text(text)
         ids = _rust_call("encoding", self._tok.encode, text, add_special_tokens=add_special_tokens).ids
         if add_special_tokens:
             ids = self._with_bos(ids)
@@ -135,6 +149,7 @@ class Tokenizer:
     def encode_plain(self, text: str) -> list[int]:
         """text -> ids with special tokens' text read as plain text ("<|eot_id|>" becomes ordinary
         pieces, never the special id) and no post-processing (no BOS)."""
+        check_text(text)
         if not text:
             return []
         if self._plain is None:
