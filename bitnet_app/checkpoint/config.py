@@ -314,6 +314,11 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     named = {"bos_token_id": bos, "the mask token id": mask_id,
              **{f"stop id {i} (eos_token_id)": i for i in stop_ids + _ids(config.get("eos_token_id"), "", "")}}
     texts = {f"tokenizer_config.json's {k}": _token_text(tc.get(k)) for k in ("bos_token", "eos_token")}
+    bos_text = texts["tokenizer_config.json's bos_token"]
+    if bos is not None and bos_text is not None and token_id_in_json(tok, bos_text) not in (None, bos):
+        raise ConvertError(f"config.json's bos_token_id is {bos}, but tokenizer_config.json's bos_token {bos_text!r} is "
+                           f"token {token_id_in_json(tok, bos_text)} of {tok_path}: they do not agree. Use the "
+                           "checkpoint's original files (download it again).")
     try:   # the tokenizer agrees with the ids above and with the template the model will render
         check_tokenizer(tok_text, tok_path, V, {k: v for k, v in named.items() if v is not None},
                         template if template is not None or prompt_format != "chat" else BITNET_CHAT_TEMPLATE,
