@@ -5,8 +5,9 @@ is refused once, at conversion, rather than cached to fail, or to write garbage,
 
     check_tokenizer(text, where, vocab_size, named_ids={}, template=None, named_texts={})
         the tokenizers library loads it; a probe text comes back from encode/decode; every id it can produce
-        (vocabulary, added tokens, post-processor) fits the embedding and has a token; its vocabulary is not empty
-        and not renumbered (each added token keeps the id the file declares; the vocabulary's ids have no gap);
+        (vocabulary, added tokens, post-processor) fits the embedding and has a token, and the post-processor
+        writes each special token as its own id; its vocabulary is not empty and not renumbered (each added token
+        keeps the id the file declares, which no vocabulary entry has too; the vocabulary's ids have no gap);
         every special id the config, the stop ids and the mask setting name (named_ids: what -> id), every token
         text tokenizer_config.json names (named_texts: what -> text) and every special token the template writes
         exists, encodes to itself and decodes back
@@ -62,7 +63,9 @@ def check_tokenizer(tok_text: str, where: str, vocab_size: int, named_ids: dict 
     if back != PROBE and back.lstrip() != PROBE:
         raise TokenizerError(f"{where} does not give back the text it encodes: {PROBE!r} comes back as {back[:80]!r} "
                              f"(an empty or damaged vocabulary). {USE_ORIGINAL}")
-    _check_numbering(tok, json.loads(tok_text), where, vocab_size)
+    parsed = json.loads(tok_text)
+    _check_numbering(tok, parsed, where, vocab_size)
+    _check_post_processor(tok, parsed.get("post_processor"), where)
     for what, i in (named_ids or {}).items():
         _check_id(tok, where, what, i, vocab_size)
     for what, text in (named_texts or {}).items():
@@ -81,6 +84,9 @@ def _check_numbering(tok, parsed: dict, where: str, vocab_size: int) -> None:
     0 without a gap or a duplicate: else the library renumbers the special tokens without a word."""
     added = [e for e in parsed.get("added_tokens") or [] if isinstance(e, dict)] \
         if isinstance(parsed.get("added_tokens"), list) else []
+    model = parsed.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    owner = {i: k for k, i in vocab.items()} if isinstance(vocab, dict) else {}   # id -> its vocabulary entry
     for entry in added:
         if isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
             got = tok.token_to_id(entry["content"])
@@ -88,8 +94,10 @@ def _check_numbering(tok, parsed: dict, where: str, vocab_size: int) -> None:
                 raise TokenizerError(f"{where} declares token {entry['content']!r} as id {entry['id']}, but the "
                                      f"tokenizers library numbers it {got}: its vocabulary was renumbered or edited "
                                      f"(a renamed or duplicated entry). {USE_ORIGINAL}")
-    model = parsed.get("model")
-    vocab = model.get("vocab") if isinstance(model, dict) else None
+            if owner.get(entry["id"], entry["content"]) != entry["content"]:
+                raise TokenizerError(f"{where} declares token {entry['content']!r} as id {entry['id']}, which its "
+                                     f"vocabulary gives to {owner[entry['id']]!r}: one of them was renumbered. "
+                                     f"{USE_ORIGINAL}")
     if isinstance(vocab, dict) and vocab and all(isinstance(i, int) for i in vocab.values()):
         ids = list(vocab.values())
         if not 0 <= min(ids) <= max(ids) < vocab_size:
@@ -98,6 +106,26 @@ def _check_numbering(tok, parsed: dict, where: str, vocab_size: int) -> None:
         if len(set(ids)) != len(ids) or gaps:
             what = f"no token has id {min(gaps)}" if gaps else "two tokens share an id"
             raise TokenizerError(f"{where} has a vocabulary that was renumbered or edited ({what}). {USE_ORIGINAL}")
+
+
+def _check_post_processor(tok, processor, where: str) -> None:
+    """The ids a post-processor writes for its special tokens (TemplateProcessing's special_tokens, also inside a
+    Sequence) are those tokens' own ids: else every prompt starts with another token than it says."""
+    if isinstance(processor, list):
+        for p in processor:
+            _check_post_processor(tok, p, where)
+    if not isinstance(processor, dict):
+        return
+    _check_post_processor(tok, processor.get("processors"), where)
+    specials = processor.get("special_tokens")
+    for entry in specials.values() if isinstance(specials, dict) else []:
+        ids, texts = (entry.get("ids"), entry.get("tokens")) if isinstance(entry, dict) else (None, None)
+        if isinstance(ids, list) and isinstance(texts, list):
+            for i, text in zip(ids, texts):
+                if isinstance(text, str) and tok.token_to_id(text) not in (None, i):
+                    raise TokenizerError(f"{where} has a post-processor that writes {text!r} as id {i}, but that token "
+                                         f"is id {tok.token_to_id(text)}: every prompt would start with another "
+                                         f"token than it says. {USE_ORIGINAL}")
 
 
 def _check_id(tok, where: str, what: str, i: int, vocab_size: int) -> None:
