@@ -19,17 +19,22 @@ class TokenizerError(ValueError):
     """The checkpoint has no usable tokenizer."""
 
 
-def _rust_call(what: str, fn, *args, **kwargs):
-    """fn(*args) of the Rust tokenizer, with its panics (pyo3's PanicException is a BaseException, so it
-    would pass every `except Exception`) and errors turned into TokenizerError."""
+def guarded(failure, fn, *args, **kwargs):
+    """fn(*args, **kwargs) of the Rust tokenizer, with its panics (pyo3's PanicException is a BaseException, so it
+    would pass every `except Exception`) and errors turned into the TokenizerError failure(exc) returns."""
     try:
         return fn(*args, **kwargs)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - PanicException and the plain Exceptions of tokenizers
-        raise TokenizerError(f"the model's tokenizer.json is broken: {what} failed ({type(exc).__name__}: "
-                             f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again and convert "
-                             "it again.") from None
+        raise failure(exc) from None
+
+
+def _rust_call(what: str, fn, *args, **kwargs):
+    """guarded(), for a tokenizer read from an engine file: a failure blames its tokenizer.json."""
+    return guarded(lambda exc: TokenizerError(f"the model's tokenizer.json is broken: {what} failed "
+                                              f"({type(exc).__name__}: {str(exc)[:200]}). Download the checkpoint's "
+                                              "tokenizer.json again and convert it again."), fn, *args, **kwargs)
 
 
 def check_text(text, what: str = "the text") -> None:

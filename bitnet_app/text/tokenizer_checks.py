@@ -20,7 +20,7 @@ import re
 
 import tokenizers
 
-from .tokenizer import TokenizerError
+from .tokenizer import TokenizerError, guarded
 
 PROBE = "Hello, world! 123 The quick brown fox."   # letters, digits, punctuation: any real tokenizer gives it back
 SPECIAL_IN_TEMPLATE = re.compile(r"<\|[^<>|\s]{1,64}\|>")  # what a template writes as special: <|eot_id|>, <|user|>
@@ -28,15 +28,10 @@ USE_ORIGINAL = "Use the tokenizer that came with the checkpoint (download it aga
 
 
 def _library(where: str, fn, *args, **kwargs):
-    """fn(*args) of the Rust tokenizer; its errors and panics (pyo3's PanicException is a BaseException) become a
-    TokenizerError that says the file cannot be used."""
-    try:
-        return fn(*args, **kwargs)
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - the Rust side raises Exception or PanicException
-        raise TokenizerError(f"{where} cannot be used: the tokenizers library fails on it ({type(exc).__name__}: "
-                             f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again.") from None
+    """guarded() for a checkpoint's tokenizer.json at conversion: a failure says the file cannot be used."""
+    return guarded(lambda exc: TokenizerError(f"{where} cannot be used: the tokenizers library fails on it "
+                                              f"({type(exc).__name__}: {str(exc)[:200]}). Download the checkpoint's "
+                                              "tokenizer.json again."), fn, *args, **kwargs)
 
 
 def check_tokenizer(tok_text: str, where: str, vocab_size: int, named_ids: dict | None = None,
