@@ -361,6 +361,9 @@ RESEALED = {
                               r"tensor 'norm' holds nan at index 3"),
     "an infinity in a per-row scale": (lambda p: reseal_data(p, lambda v: v["layers.0.qkv.scale"].__setitem__(
         9, np.inf)), r"tensor 'layers\.0\.qkv\.scale' holds inf at index 9"),
+    "a per-row scale of 1e30 (finite, past any real weight)": (
+        lambda p: reseal_data(p, lambda v: v["layers.1.gate_up.scale"].__setitem__(2, 1e30)),
+        r"tensor 'layers\.1\.gate_up\.scale' holds 1e\+30 at index 2 \(weights are finite numbers no larger than"),
     "NaN in the int8 head's scales": (lambda p: reseal_data(p, lambda v: v["head.scale"].__setitem__(0, np.nan)),
                                       r"tensor 'head\.scale' holds nan at index 0"),
     "the unused ternary code 3": (lambda p: reseal_data(p, _code_3),

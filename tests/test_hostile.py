@@ -317,6 +317,9 @@ ROUND_TWO = {
     "a NaN bit pattern in the embedding": (lambda d: _poke_bf16(d, "model.embed_tokens.weight", 64 * 300 + 5, 0xFFC1),
                                            r"'model\.embed_tokens\.weight' in .* holds bfloat16 0xFFC1 \(NaN\) at "
                                            r"index \[300, 5\]"),
+    "an exponent bit flipped in the embedding (0.84 -> 2.9e38: the forward overflows)": (
+        lambda d: _poke_bf16(d, "model.embed_tokens.weight", 64 * 12 + 3, 0x7F57),
+        r"holds bfloat16 0x7F57 \(2\.86e\+38\) at index \[12, 3\]: weights are finite numbers no larger than 65504"),
     "post-processor id past the vocabulary (was cached, then every start failed)": (
         lambda d: _edit_tokenizer(d, lambda t: t["post_processor"]["special_tokens"][BOS].update(ids=[480])),
         r"adds token id 480 around every text"),

@@ -34,7 +34,7 @@ from ..engine.file import write_engine_file
 from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
 from .families import SUB_NORM_NAMINGS, family_of
-from .finite import check_finite
+from .weight_range import check_weights
 from .safetensors_reader import Checkpoint, SafetensorsError
 
 FLOAT_TAGS = ("BF16", "F16", "F32")
@@ -172,7 +172,7 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
                                f"checkpoint again.")
         return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
-    check_finite(name, w, ck.folder)
+    check_weights(name, w, ck.folder)
     if folded:
         nz = np.abs(w[w != 0])
         if nz.size and nz.min() == nz.max():
@@ -187,7 +187,7 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
 def _finite_f32(ck: Checkpoint, name: str) -> np.ndarray:
     """A (small) float tensor as float32, once every value is seen to be finite."""
     arr = ck.get_f32(name)
-    check_finite(name, arr, ck.folder)
+    check_weights(name, arr, ck.folder)
     return arr
 
 
@@ -229,7 +229,7 @@ def _read_embed(ck: Checkpoint, V: int, D: int, name: str = "model.embed_tokens.
     as BF16, else rounded."""
     src = ck.get(name)
     for r in range(0, V, HEAD_CHUNK):   # in row chunks: 2B-4T's embedding is 656 MB
-        check_finite(name, src[r:r + HEAD_CHUNK], ck.folder, first_row=r)
+        check_weights(name, src[r:r + HEAD_CHUNK], ck.folder, first_row=r)
     if ck.dtype(name) == "BF16":
         return src
     embed = np.empty((V, D), dtype=np.uint16)
@@ -320,7 +320,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
 
     for name, arr in tensors.items():   # what is written: a scale 1/s of a tiny weight_scale can still be inf
         if arr.dtype == np.float32:
-            check_finite(name, arr, "the converted engine file")
+            check_weights(name, arr, "the converted engine file")
     embed_dtype = ck.dtype("model.embed_tokens.weight")
     meta = dict(text)
     meta["config"] = cfg

@@ -32,8 +32,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .file import EngineFile
-from .validate import MAX_CONTEXT, NonFiniteLogits
 from .resident import huge_pages_available, shared_resident, streamed_names
+from .validate import MAX_CONTEXT, NonFiniteLogits
 
 # forces a kernel path: a name of kernel_paths.py (else the dispatcher takes the best one the CPU has)
 ISA_ENV = "BITNET_ISA"

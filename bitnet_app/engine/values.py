@@ -6,8 +6,9 @@ test, so these look at the values themselves:
     check_tensor_set(names, cfg, where)   exactly the tensors the config implies: no missing layer, no extra one (a
                                           config saying 1 layer over a file of 2 would run a one-layer model)
     check_small_tensors(tensors, cfg, where)   the small tensors, whole, at every open: every float32 tensor (norms,
-                                          per-row scales, head.scale) finite, and head.rowsum equal to the sums of
-                                          head.i8's rows (~40 ms for 2B-4T, most of it reading the 328 MB head)
+                                          per-row scales, head.scale) finite and within MAX_WEIGHT, and head.rowsum
+                                          equal to the sums of head.i8's rows (~40 ms for 2B-4T, most of it reading
+                                          the 328 MB head)
     ternary_code_problem(raw) -> int | None   the first byte of 2-bit ternary codes (packing.pack_ternary_tiles)
                                           holding the unused code 3; file.py runs it on the chunks it verifies
 
@@ -18,6 +19,7 @@ import numpy as np
 from .validate import EngineFileError
 
 EVEN_BITS = np.uint64(0x5555555555555555)   # bit 0 of every 2-bit field of a little-endian word
+MAX_WEIGHT = 65504.0   # fp16's largest: no real model's weight (or scale) comes near it; a flipped exponent bit does
 
 
 def _fail(where: str, what: str):
@@ -45,8 +47,8 @@ def check_tensor_set(names, cfg: dict, where: str) -> None:
 
 
 def check_small_tensors(tensors: dict, cfg: dict, where: str) -> None:
-    """Every float32 tensor finite; head.rowsum the row sums of head.i8 (int8 tiles (Vp/16, Dp/4, 64), byte
-    [t, g, 4*i + j] = w8[16*t + i, 4*g + j], see packing.pack_int8_tiles)."""
+    """Every float32 tensor finite and within MAX_WEIGHT; head.rowsum the row sums of head.i8 (int8 tiles
+    (Vp/16, Dp/4, 64), byte [t, g, 4*i + j] = w8[16*t + i, 4*g + j], see packing.pack_int8_tiles)."""
     vp, dp = -(-cfg["vocab_size"] // 16) * 16, -(-cfg["hidden_size"] // 16) * 16
     for name, dtype, shape in (("head.i8", np.int8, (vp // 16, dp // 4, 64)), ("head.scale", np.float32, (vp,)),
                                ("head.rowsum", np.int32, (vp,))):
@@ -55,10 +57,11 @@ def check_small_tensors(tensors: dict, cfg: dict, where: str) -> None:
                          f"{np.dtype(dtype).name}{shape}")
     for name, arr in tensors.items():
         if arr.dtype == np.float32:
-            flat = arr.reshape(-1)
-            if not np.isfinite(flat).all():
-                i = int(np.flatnonzero(~np.isfinite(flat))[0])
-                _fail(where, f"tensor {name!r} holds {flat[i]} at index {i} (weights are finite numbers)")
+            bad = ~(np.abs(arr.reshape(-1)) <= MAX_WEIGHT)   # NaN compares false
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                _fail(where, f"tensor {name!r} holds {arr.reshape(-1)[i]:.3g} at index {i} (weights are finite "
+                             f"numbers no larger than {MAX_WEIGHT:g})")
     tiles, rowsum = tensors["head.i8"], tensors["head.rowsum"]
     from .. import _engine  # the compiled extension: 30 ms for 2B-4T's 328 MB head, numpy's strided sum ~300 ms
     sums = _engine.int8_tile_rowsums(tiles)
