@@ -107,7 +107,7 @@ class Engine:
         self.ctx = cfg["max_position_embeddings"] if ctx is None else \
             whole_number("ctx", ctx, 1, MAX_CONTEXT, "the longest context the engine takes")
         if threads is None:
-            threads = _env_threads() or (os.cpu_count() or 1)
+            threads = _env_threads() or min(os.cpu_count() or 1, MAX_THREADS)   # a 384-core machine: the pool's most
         threads = whole_number("threads", threads, 1, MAX_THREADS, "the engine's thread pool; the number of CPU "
                                "cores is a good choice")
         if isa is not None and not isinstance(isa, str):
