@@ -23,15 +23,13 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from .engine.validate import MAX_CONTEXT
-
 MODES = ("ar", "diffusion")
 ATTENTIONS = ("block", "causal")
 FILL_RULES = ("exact", "threshold")
 RULE_OF_ATTENTION = {"causal": "exact", "block": "threshold"}  # fill_rule when none is given (see resolve)
 SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (ui["section"]), in this order
 C_INT_MAX = 2**31 - 1      # top_k and mask_id reach the engine's C code as a C int (and int32 arrays)
-MAX_REPLY = MAX_CONTEXT    # max_new_tokens, block_size, sub_block_size: no engine file has a longer context
+MAX_REPLY = 1 << 20        # max_new_tokens, block sizes: engine/validate.py MAX_CONTEXT, the longest context a file has
 LIMITS = {C_INT_MAX: "the largest the engine's C code takes", MAX_REPLY: "the longest context an engine file can have"}
 
 

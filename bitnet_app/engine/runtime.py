@@ -49,14 +49,14 @@ def banned_array(banned) -> np.ndarray:
     return np.array(sorted({int(i) for i in banned}), dtype=np.int32)
 
 
-def whole_number(name: str, value, low: int, high: int, what: str) -> int:
-    """value as an int once it is a whole number in [low, high] (what: where the upper bound comes from), else a
-    ValueError that names the argument as the caller wrote it: values reach C as C ints, where a larger one would
-    overflow, and a fraction or a bool is refused rather than truncated."""
+def whole_number(name: str, value, low: int, high: int, what: str, noun: str = "") -> int:
+    """value as an int once it is a whole number in [low, high] (what: where the bound comes from; noun: what the
+    value is, in words), else a ValueError that starts with the argument's name as the caller wrote it: values
+    reach C as C ints, where a larger one would overflow, and a fraction or a bool is refused, never truncated."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
     if not low <= value <= high:
-        raise ValueError(f"{name} must be from {low} to {high} ({what}), not {value}")
+        raise ValueError(f"{name}: {noun + ' ' if noun else ''}{value} is out of range: use {low} to {high} ({what})")
     return int(value)
 
 
@@ -108,8 +108,8 @@ class Engine:
             whole_number("ctx", ctx, 1, MAX_CONTEXT, "the longest context the engine takes")
         if threads is None:
             threads = _env_threads() or min(os.cpu_count() or 1, MAX_THREADS)   # a 384-core machine: the pool's most
-        threads = whole_number("threads", threads, 1, MAX_THREADS, "the engine's thread pool; the number of CPU "
-                               "cores is a good choice")
+        threads = whole_number("threads", threads, 1, MAX_THREADS, "the number of CPU cores is a good choice",
+                               noun="thread count")
         if isa is not None and not isinstance(isa, str):
             raise ValueError(f"isa must be the name of a kernel path or None, not {isa!r}")
         isa = isa or os.environ.get(ISA_ENV) or None
