@@ -91,7 +91,8 @@ def _run(loaded, second, prompt: str) -> None:
                     continue
                 views[mode].apply(ev)
     except Exception as exc:  # noqa: BLE001
-        result["error"] = f"The compare run failed: {exc}"
+        result["error"] = reply.failure_text("The compare run", exc,
+                                             partial=any(result[mode]["content"] for mode in MODES))
     finally:
         for mode in MODES:
             if mode in events:
