@@ -35,7 +35,7 @@ sidebar.settings(model, busy)
 sidebar.chat_actions(model, model_label, busy)
 sidebar.describe_running(about, running, source if fell_back is not None else None, model)
 sidebar.model_info(model, model_label)
-if str(model.info().get("isa")).lower() == "portable":
+if not model.info()["isa_simd"]:  # the portable path
     st.warning("This CPU has no AVX2, so the engine runs its portable C kernels: replies will be slow.",
                icon=":material/speed:")
 

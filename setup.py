@@ -1,4 +1,5 @@
-"""Builds the C engine (_kernels/) into the extension bitnet_app._engine.
+"""Builds the C engine (_kernels/) into the extension bitnet_app._engine (engine.pyx), and the same C code with the
+kernels' entry points for the tests into bitnet_app._engine_testing (engine_testing.pyx).
 
 Each kernel file is compiled with its own instruction-set flags (kernels_avx2.c with AVX2+FMA,
 kernels_avx512.c with AVX512-VNNI, kernels_avxvnni.c and kernels_amx.c with AVX-VNNI and AMX where the compiler
@@ -30,16 +31,23 @@ ISA_FLAGS = {
 }
 AVXVNNI = "kernels_avxvnni.c"
 AMX = "kernels_amx.c"
-GENERIC = ["forward.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c", "sample.c",
-           "rows_job.c"]
+GENERIC = ["forward.c", "schedule.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c",
+           "sample.c", "rows_job.c"]
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
 
 
 class BuildEngine(build_ext):
-    """Compiles the engine's C files (each with its flags) and links them into the Cython module."""
+    """Compiles the engine's C files (each with its flags) once and links them into each Cython module."""
 
     def build_extension(self, ext):
+        if not hasattr(self, "_engine_objects"):
+            self._engine_objects = self._compile_engine()
+        ext.extra_objects = self._engine_objects
+        super().build_extension(ext)
+
+    def _compile_engine(self) -> list:
+        """Every C file of the engine compiled with its flags (the ISA files with theirs); the object files."""
         cc = self.compiler.compiler_so[0] if getattr(self.compiler, "compiler_so", None) else None
         if cc and not shutil.which(cc):
             sys.exit(f"error: compiler '{cc}' not found. {NO_COMPILER}")
@@ -60,8 +68,7 @@ class BuildEngine(build_ext):
                                                  extra_postargs=COMMON + flags, depends=self._headers())
         except (CCompilerError, CompileError, DistutilsExecError) as exc:
             sys.exit(f"error: building the engine failed: {exc}\n{NO_COMPILER if 'not found' in str(exc) else ''}")
-        ext.extra_objects = objects
-        super().build_extension(ext)
+        return objects
 
     def _compiles_with(self, flags) -> bool:
         """Whether the compiler accepts these flags (on an empty C file)."""
@@ -81,15 +88,20 @@ class BuildEngine(build_ext):
         return [os.path.join(KERNELS, f) for f in os.listdir(KERNELS) if f.endswith(".h")]
 
 
-engine = Extension(
-    "bitnet_app._engine",
-    sources=[os.path.join(KERNELS, "engine.pyx")],
-    include_dirs=[KERNELS, np.get_include()],
-    # every C file and header: the module is relinked when any changes (its objects are compiled above)
-    depends=sorted(os.path.join(KERNELS, f) for f in os.listdir(KERNELS) if f.endswith((".c", ".h"))),
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    extra_compile_args=["-O2"],
-    extra_link_args=["-pthread", "-lm"],
-)
+def cython_module(name: str, pyx: str) -> Extension:
+    """The extension `name` from _kernels/`pyx`, linked with the engine's C objects (BuildEngine)."""
+    return Extension(
+        name,
+        sources=[os.path.join(KERNELS, pyx)],
+        include_dirs=[KERNELS, np.get_include()],
+        # every C file, header and include: the module is relinked when any changes (its objects are compiled above)
+        depends=sorted(os.path.join(KERNELS, f) for f in os.listdir(KERNELS) if f.endswith((".c", ".h", ".pxi"))),
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=["-O2"],
+        extra_link_args=["-pthread", "-lm"],
+    )
 
-setup(ext_modules=cythonize([engine], language_level=3, quiet=True), cmdclass={"build_ext": BuildEngine})
+
+MODULES = [cython_module("bitnet_app._engine", "engine.pyx"),                  # the product's engine
+           cython_module("bitnet_app._engine_testing", "engine_testing.pyx")]  # single kernels, for the tests
+setup(ext_modules=cythonize(MODULES, language_level=3, quiet=True), cmdclass={"build_ext": BuildEngine})

@@ -53,7 +53,7 @@ typedef struct bn_engine bn_engine;
 
 /* exact_head: 1 = bf16 head (head_bf16), 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
  * n_threads: 1 to 256, the calling thread included (more is an error, not a crash).
- * isa: NULL/"" = best the CPU has; "avx512", "avx2" or "portable" forces a path.
+ * isa: NULL/"" = best the CPU has; a path's name ("avx512", "avx2", "portable": dispatch.c PATHS) forces it.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
 bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
                             char *err, int errlen);

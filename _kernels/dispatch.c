@@ -118,24 +118,53 @@ static const bn_kernels *avxvnni(int emulated) {
 }
 #endif
 
+/* One getter per path: its table, or NULL where this CPU (or this build) cannot run it. */
+static const bn_kernels *path_portable(void) { return &bn_kernels_portable; }
+#ifdef BN_HAVE_X86
+static const bn_kernels *path_amx(void) { return amx(0); }
+static const bn_kernels *path_avx512(void) { return avx512(); }
+static const bn_kernels *path_avxvnni(void) { return avxvnni(0); }
+static const bn_kernels *path_avx2(void) { return has_avx2() ? &bn_kernels_avx2 : NULL; }
+static const bn_kernels *path_avxvnni_emulated(void) { return avxvnni(1); }
+static const bn_kernels *path_amx_emulated(void) { return amx(1); }
+#else
+static const bn_kernels *no_path(void) { return NULL; }
+#define path_amx no_path
+#define path_avx512 no_path
+#define path_avxvnni no_path
+#define path_avx2 no_path
+#define path_avxvnni_emulated no_path
+#define path_amx_emulated no_path
+#endif
+
+/* Every kernel path by name, in order of preference: the automatic choice is the first one the CPU supports,
+ * the emulated ones (another path's code on AVX2, for the tests) excepted. bitnet_app/engine/kernel_paths.py lists
+ * the same names, in the same order, with their labels (tests/test_kernels.py checks that). */
+static const struct {
+    const char *name;
+    const bn_kernels *(*table)(void);
+    int emulated;
+} PATHS[] = {
+    {"amx", path_amx, 0},
+    {"avx512", path_avx512, 0},
+    {"avxvnni", path_avxvnni, 0},
+    {"avx2", path_avx2, 0},
+    {"portable", path_portable, 0},
+    {"avxvnni-emulated", path_avxvnni_emulated, 1},
+    {"amx-emulated", path_amx_emulated, 1},
+};
+#define N_PATHS ((int)(sizeof PATHS / sizeof PATHS[0]))
+
+const char *bn_kernel_path_name(int i) { return i >= 0 && i < N_PATHS ? PATHS[i].name : NULL; }
+
 const bn_kernels *bn_select_kernels(const char *force) {
-    if (force && *force) {
-        if (!strcmp(force, "portable")) return &bn_kernels_portable;
-#ifdef BN_HAVE_X86
-        if (!strcmp(force, "amx")) return amx(0);
-        if (!strcmp(force, "amx-emulated")) return amx(1);
-        if (!strcmp(force, "avx512") || !strcmp(force, "avx512-vnni")) return avx512();
-        if (!strcmp(force, "avxvnni")) return avxvnni(0);
-        if (!strcmp(force, "avxvnni-emulated")) return avxvnni(1);
-        if (!strcmp(force, "avx2")) return has_avx2() ? &bn_kernels_avx2 : NULL;
-#endif
-        return NULL;
+    for (int i = 0; i < N_PATHS; i++) {
+        if (force && *force) {
+            if (!strcmp(force, PATHS[i].name)) return PATHS[i].table();
+        } else if (!PATHS[i].emulated) {
+            const bn_kernels *k = PATHS[i].table();
+            if (k) return k;
+        }
     }
-#ifdef BN_HAVE_X86
-    if (amx(0)) return amx(0);
-    if (has_avx512_vnni()) return avx512();
-    if (avxvnni(0)) return avxvnni(0);
-    if (has_avx2()) return &bn_kernels_avx2;
-#endif
-    return &bn_kernels_portable;
+    return NULL; /* a forced name that no path has (the portable path always runs) */
 }

@@ -114,10 +114,12 @@ void bn_amx_int8_matmul(const int8_t *w, int kp, const float *row_scale, const i
 #endif
 #endif
 
-/* The best table for this CPU, or the one named by `force` ("amx", "avx512", "avxvnni", "avx2", "portable", or
- * "avxvnni-emulated" / "amx-emulated": those kernels' code on AVX2, for tests).
- * Returns NULL if the forced path is not supported by the CPU. */
+/* The best table for this CPU, or the one named by `force` (a name of dispatch.c's PATHS: "amx", "avx512",
+ * "avxvnni", "avx2", "portable", or "avxvnni-emulated" / "amx-emulated": those kernels' code on AVX2, for tests).
+ * Returns NULL if the forced path is unknown or not supported by the CPU. */
 const bn_kernels *bn_select_kernels(const char *force);
+/* The name of kernel path i (0, 1, ... in dispatch.c's order of preference), NULL past the last one. */
+const char *bn_kernel_path_name(int i);
 
 /* greedy.c: per row of x (R, V), the argmax id and its softmax probability (the diffusion step's confidence) with
  * the n_banned ids `banned` (ascending, distinct, in [0, V)) left out, as if they were -inf; through the table's

@@ -312,6 +312,6 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     }
 }
 
-const bn_kernels bn_kernels_avx512 = {"avx512-vnni", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
+const bn_kernels bn_kernels_avx512 = {"avx512", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
                                       sumsq, absmax, quantize, norm_apply, relu2_mul, add,
                                       to_f16, dot_f16, axpy_f16};

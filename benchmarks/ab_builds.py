@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from benchmarks.training_pause import TrainingPause, training_pid
+from bitnet_app.engine.kernel_paths import AVX2
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--build", action="append", required=True, metavar="NAME=PATH",
                     help="a checkout with its engine built in place (give two or more)")
     ap.add_argument("--model", default=os.path.join(REPO, "assets", "demo-model"))
-    ap.add_argument("--isa", default="avx2", help="comma-separated kernel paths")
+    ap.add_argument("--isa", default=AVX2, help="comma-separated kernel paths")
     ap.add_argument("--rows", default="8,16,32")
     ap.add_argument("--pos", type=int, default=128, help="position of the block (the cache holds pos tokens)")
     ap.add_argument("--attention", default="block", choices=("block", "causal"),

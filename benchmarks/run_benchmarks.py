@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from bitnet_app.engine import kernel_paths
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 MACS_PER_TOKEN_2B4T = 2.084e9  # ternary weights of the 30 layers (performance.md)
@@ -44,13 +46,15 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
 
 
+# the CPU flags that decide the kernel paths (bitnet_app/engine/kernel_paths.py), and AVX512-VBMI
+PATH_FLAGS = sorted(set().union(*(p.cpu_flags for p in kernel_paths.PATHS)) | {"avx512_vbmi"})
+
+
 def machine() -> dict:
     info = sh(["lscpu"])
     model = re.search(r"Model name:\s*(.+)", info).group(1).strip()
     flags = re.search(r"Flags:\s*(.+)", info).group(1).split()
-    return {"cpu": model, "cpus": os.cpu_count(),
-            "flags": [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx_vnni",
-                                                "amx_tile", "amx_int8") if f in flags]}
+    return {"cpu": model, "cpus": os.cpu_count(), "flags": [f for f in PATH_FLAGS if f in flags]}
 
 
 CEILINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ceilings")
@@ -82,7 +86,7 @@ def ceiling_tool(isa: str) -> str:
     """The int8 ceiling tool of a kernel path: tdpbusd on tiles for the AMX path, vpdpbusd on zmm registers for the
     AVX-512 path, the AVX2 int8 steps for the others (the AVX-VNNI path's 256-bit vpdpbusd is measured against
     AVX2's ceiling: a stricter bar on CPUs where vpdpbusd beats vpmaddubsw + vpaddw)."""
-    return "int8_amx" if isa == "amx" else "int8_vnni" if isa.startswith("avx512") else "int8_avx2"
+    return {kernel_paths.AMX: "int8_amx", kernel_paths.AVX512: "int8_vnni"}.get(isa, "int8_avx2")
 
 
 def ceilings() -> dict:
@@ -211,10 +215,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args()
 
-    from bitnet_app import _engine
     from bitnet_app.bench import synthetic_file
 
-    isas = [i for i in ("amx", "avx512", "avxvnni", "avx2", "portable") if _try(lambda: _engine.kernel_name(i))]
+    isas = kernel_paths.supported(emulated=False)
     with synthetic_file("2b4t") as path:  # 1.5 GB, deleted at the end (bench --synthetic 2b4t --keep keeps one)
         commit = sh(["git", "rev-parse", "--short", "HEAD"], cwd=REPO).strip()
         result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": commit,
@@ -223,7 +226,7 @@ def main():
         result["ceilings_before"] = ceilings()
         result["paths"] = {}
         for isa in isas:
-            reps = args.portable_repeats if isa == "portable" else args.repeats
+            reps = args.repeats if kernel_paths.BY_NAME[isa].simd else args.portable_repeats
             result["paths"][isa] = bench_path(path, isa, reps)
             print(f"{isa}: {result['paths'][isa]['decode_tok_s']:.2f} tok/s", file=sys.stderr)
         result["ceilings_after"] = ceilings()  # again after: the machine is shared
@@ -241,14 +244,6 @@ def main():
     print(f"\n(ceilings are the better of two measurements: before the run stream {b['stream_gb_s']:.1f} GB/s, batch "
           f"{b['batch_gmac_s']:.0f} GMAC/s; after it {a['stream_gb_s']:.1f} GB/s, {a['batch_gmac_s']:.0f} GMAC/s. "
           f"Raw results: {os.path.relpath(out, REPO)})")
-
-
-def _try(f):
-    try:
-        f()
-        return True
-    except ValueError:
-        return False
 
 
 if __name__ == "__main__":

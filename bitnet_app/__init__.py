@@ -8,13 +8,16 @@
 The package follows the data, in order:
     checkpoint/  Hub download, config checks, safetensors, conversion into an engine file
     engine/      the engine file format, its cache folder, the C engine's Python face, the numpy reference
+                 (the C engine is _kernels/ at the top level: engine/__init__.py maps how Python wraps it)
+    machine.py   this computer: free and total memory, the read roof, this process's memory
+    catalog.py   the checkpoints known by name and what each needs on this machine
     source.py    a model source (repo id, folder, engine file, "demo") -> a converted engine file
     model.py     Model: engine + tokenizer + chat template; generate/complete/logits
     params.py    DecodeParams: every decode knob's name, default, range, help and validation
     decode/      the decoders (AR, block diffusion), their events and the sampler
     text/        tokenizer and chat template
-    ui/          the Streamlit page (app.py); it calls source, model, params, demo, units and decode
-                 events, never checkpoint/ or engine/ directly
+    ui/          the Streamlit page (app.py); it calls source, model, params, catalog, demo, units and decode
+                 events, never checkpoint/, engine/ or machine.py directly
 Imports stay lazy so `import bitnet_app` is quick (the app starts before any model is loaded).
 """
 from .engine.cache import cache_dir

@@ -20,6 +20,8 @@ import json
 import sys
 import time
 
+from .engine import kernel_paths
+
 # checkpoint/synthetic.py SHAPES (named here so the parser is built without importing numpy)
 SYNTHETIC_SHAPES = ("2b4t", "falcon3-1b", "falcon3-3b", "falcon3-7b", "falcon3-10b", "llama3-8b", "bitnet-3b", "tiny",
                     "tiny-llama", "tiny-1bitllm")
@@ -178,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, help="random weights of a named shape")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
     b.add_argument("--threads", type=int)
-    b.add_argument("--isa", choices=("amx", "avx512", "avxvnni", "avx2", "portable", "avxvnni-emulated"),
-                   help="force a kernel path (avxvnni-emulated: the AVX-VNNI kernels in AVX2, for tests)")
+    b.add_argument("--isa", choices=kernel_paths.names(),
+                   help="force a kernel path (the *-emulated ones: those kernels written in AVX2 or C, for tests)")
     b.add_argument("--lm-head", choices=("int8", "exact"), default="int8")
     b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")
     b.add_argument("--keep", action="store_true",

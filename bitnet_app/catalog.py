@@ -4,6 +4,7 @@
     needs(entry, roof_gb_s)        -> Needs: download, engine file, memory to run, bytes per token, expected tok/s
     read_roof_gb_s(threads)        -> GB/s the engine's threads reach reading memory (measured, ~1 s)
     available_ram()                -> bytes the OS can still give (MemAvailable), 0 if unknown
+                                      (these two are machine.py's: the page reads the machine through the catalog)
 
 The arithmetic, per model (body = the seven ternary projections of every layer):
     download     packed: body / 4 bytes (2 bits a weight) + bf16 embedding (+ bf16 lm_head when untied);
@@ -19,6 +20,8 @@ Every figure is an estimate from the published shapes, not a measurement of the 
 `verified=False` come from the fact sheet's best estimate.
 """
 from dataclasses import dataclass
+
+from .machine import available_ram, read_roof_gb_s  # noqa: F401  (for the page: see above)
 
 KV_CONTEXT = 4096   # conversation length the memory figure assumes
 
@@ -95,21 +98,3 @@ def needs(e: Entry, roof_gb_s: float | None = None) -> Needs:
     memory = e.body // 4 + vd + 2 * vd + kv
     speed = roof_gb_s * 1e9 / per_token if roof_gb_s else None
     return Needs(download, engine, memory, per_token, speed)
-
-
-def read_roof_gb_s(threads: int) -> float:
-    """The read roof the engine's threads reach now (best of 1 thread and `threads`: on a busy machine a
-    descheduled worker can make the shared figure lower than one thread's)."""
-    from . import _engine
-    return max(_engine.read_roof_gb_s(t, megabytes=128, passes=2) for t in sorted({1, max(1, threads)}))
-
-
-def available_ram() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0

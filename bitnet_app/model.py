@@ -22,7 +22,9 @@ from .decode.context import ContextOverflow, check_prompt_fits
 from .decode.events import Done
 from .decode.sampling import Sampler
 from .engine.file import EngineFile
+from .engine.kernel_paths import BY_NAME as KERNEL_PATHS
 from .engine.runtime import Engine
+from .machine import process_rss, total_ram
 from .params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE, KNOBS, DecodeParams
 from .text import chat
 from .text.tokenizer import Tokenizer
@@ -121,6 +123,8 @@ class Model:
         cfg = self.config
         return {"path": os.path.abspath(self.file.path), "file_bytes": self.file.nbytes,
                 "parameters": self.parameter_count(), "isa": self.engine.isa, "threads": self.engine.threads,
+                "isa_label": KERNEL_PATHS[self.engine.isa].label, "isa_simd": KERNEL_PATHS[self.engine.isa].simd,
+                "rss_bytes": process_rss(), "ram_bytes": total_ram(),  # this process's memory, and the machine's
                 "lm_head": self.engine.lm_head, "context": self.engine.ctx,
                 "vocab_size": self.vocab_size, "layers": cfg.get("num_hidden_layers"),
                 "hidden_size": cfg.get("hidden_size"), "trained_for_diffusion": self.trained_for_diffusion,

@@ -13,6 +13,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from bitnet_app.engine.kernel_paths import PORTABLE
 from bitnet_app.source import DEFAULT_REPO
 from bitnet_app.ui import export, jobs, reply, sources, suggestions
 from checkpoints import make_hf_checkpoint
@@ -233,7 +234,7 @@ def test_not_trained_for_diffusion_is_said_plainly(env, checkpoints):
 
 
 def test_model_info_and_slow_cpu_warning(env):
-    env.setenv("BITNET_ISA", "portable")  # what a CPU without AVX2 gets
+    env.setenv("BITNET_ISA", PORTABLE)  # what a CPU without AVX2 gets
     at = _app()
     info = [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
     assert "portable C" in info and "Parameters" in info and "RAM" in info and "Model file" in info

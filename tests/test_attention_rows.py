@@ -8,6 +8,7 @@ queries (kv_end, the dual cache's scratch keys)."""
 import numpy as np
 import pytest
 
+from bitnet_app.engine.kernel_paths import PORTABLE
 from bitnet_app.engine.reference import causal_mask
 from bitnet_app.engine.runtime import Engine
 from test_engine import _engine_model, agrees, ids_for
@@ -66,7 +67,7 @@ def test_every_path_agrees_on_a_dual_cache_forward(model, kv, kind):
         outs[isa] = eng.forward(ids[START:START + ROWS], start=START, commit=False, kv_end=KV_END,
                                 rows=range(ROWS), **_attention(kind))
     for isa, out in outs.items():
-        assert agrees(out, outs["portable"]), isa
+        assert agrees(out, outs[PORTABLE]), isa
 
 
 def _prefix_then_block_mask(T):

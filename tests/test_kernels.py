@@ -4,26 +4,15 @@ import platform
 import numpy as np
 import pytest
 
-from bitnet_app import _engine
+from bitnet_app import _engine, _engine_testing
+from bitnet_app.engine import kernel_paths
 from bitnet_app.engine.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary_tiles,
                                 quantize_rows_int8)
 
-
-def available_paths():
-    paths = []
-    # avxvnni-emulated / amx-emulated: the AVX-VNNI and AMX kernels with vpdpbusd / the tile instructions written
-    # in AVX2 / plain C (exactly), so that their code runs on every AVX2 machine; avxvnni and amx themselves only
-    # where the CPU has the instructions
-    for isa in ("portable", "avx2", "avxvnni-emulated", "avxvnni", "avx512", "amx-emulated", "amx"):
-        try:
-            _engine.kernel_name(isa)
-            paths.append(isa)
-        except ValueError:
-            pass
-    return paths
-
-
-PATHS = available_paths()
+# Every path this CPU runs. The emulated ones (avxvnni-emulated, amx-emulated) are the AVX-VNNI and AMX kernels with
+# vpdpbusd / the tile instructions written in AVX2 / plain C (exactly), so that their code runs on every AVX2
+# machine; avxvnni and amx themselves only where the CPU has the instructions.
+PATHS = kernel_paths.supported()
 # (N, K, T): N=1, K not a multiple of 16 or of the vector width, batches 1..33
 SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8), (48, 72, 16), (40, 136, 33),
           (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32),
@@ -46,22 +35,21 @@ def cpu_flags():
     return set()
 
 
-AVX512_VNNI = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
-# Linux lists the AMX flags only when it saves the tile state, and grants each process the tiles on request
-AMX_INT8 = AVX512_VNNI | {"amx_tile", "amx_int8"}
-
-
 def expected_best_path(flags):
-    """The kernel path the dispatcher must pick for these CPU flags (the same rule as _kernels/dispatch.c)."""
-    if AMX_INT8 <= flags:
-        return "amx"
-    if AVX512_VNNI <= flags:
-        return "avx512-vnni"
-    if {"avx2", "fma", "f16c", "avx_vnni"} <= flags:
-        return "avxvnni"
-    if {"avx2", "fma", "f16c"} <= flags:
-        return "avx2"
-    return "portable"
+    """The kernel path the dispatcher must pick for these CPU flags (the same rule as _kernels/dispatch.c: the first
+    path in the order of preference whose flags the CPU has)."""
+    return next(p.name for p in kernel_paths.PATHS if not p.emulated and p.cpu_flags <= flags)
+
+
+def test_the_engine_and_the_registry_name_the_same_paths():
+    """One name per path, the same on both sides: the C dispatcher's list (dispatch.c) is kernel_paths.py's, in the
+    same order, and the automatic choice is one of them."""
+    assert _engine.kernel_paths() == kernel_paths.names()
+    assert len(set(kernel_paths.names())) == len(kernel_paths.PATHS)
+    assert len({p.label for p in kernel_paths.PATHS}) == len(kernel_paths.PATHS)
+    assert _engine.kernel_name("") in kernel_paths.names(emulated=False)
+    for name in PATHS:
+        assert _engine.kernel_name(name) == name  # a forced path reports its own name
 
 
 def test_this_machine_runs_its_fastest_path():
@@ -72,13 +60,12 @@ def test_this_machine_runs_its_fastest_path():
         pytest.fail("no /proc/cpuinfo flags on an x86-64 CPU: cannot tell which kernel path it should run")
     best = expected_best_path(flags)
     assert _engine.kernel_name("") == best
-    assert "portable" in PATHS
-    assert ("avx2" in PATHS) == ({"avx2", "fma", "f16c"} <= flags)
-    assert ("avxvnni-emulated" in PATHS) == ("avx2" in PATHS)
-    assert ("avxvnni" in PATHS) == ({"avx2", "fma", "f16c", "avx_vnni"} <= flags)
-    assert ("amx-emulated" in PATHS) == ("avx2" in PATHS)
-    assert ("avx512" in PATHS) == (AVX512_VNNI <= flags)
-    assert ("amx" in PATHS) == (best == "amx")
+    assert kernel_paths.PORTABLE in PATHS
+    for path in kernel_paths.PATHS:
+        if path.name == kernel_paths.AMX:  # the tiles also need Linux's permission, asked at run time
+            assert (path.name in PATHS) == (best == kernel_paths.AMX)
+        else:
+            assert (path.name in PATHS) == (path.cpu_flags <= flags), path.name
 
 
 def padded_activations(rng, T, K, kp):
@@ -97,7 +84,7 @@ def test_ternary_matmul_matches_numpy(isa, N, K, T):
     scale = np.zeros(np_, np.float32)
     scale[:N] = rng.uniform(0.5, 2.0, N)
     x = padded_activations(rng, T, K, kp)
-    y = _engine.kernel_ternary(isa, tiles, scale, x)
+    y = _engine_testing.kernel_ternary(isa, tiles, scale, x)
     exact = x[:, :K].astype(np.int64) @ w.T.astype(np.int64)          # (T, N) integers
     np.testing.assert_array_equal(y[:, :N], (exact.astype(np.float32) * np.float32(1.0)) * scale[:N])
 
@@ -113,12 +100,12 @@ def test_ternary_and_int8_matmuls_are_exact_at_the_extremes(isa, T, x_value, w_v
     x = np.full((T, K), x_value, np.int8)
     exact = (x.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float32)
     tiles = pack_ternary_tiles(w)
-    y = _engine.kernel_ternary(isa, tiles, np.ones(tiles.shape[0] * 16, np.float32), x)
+    y = _engine_testing.kernel_ternary(isa, tiles, np.ones(tiles.shape[0] * 16, np.float32), x)
     np.testing.assert_array_equal(y[:, :N], exact)
     w8 = np.full((N, K), 127 * w_value, np.int8)
     tiles8 = pack_int8_tiles(w8)
     rowsum = w8.sum(axis=1, dtype=np.int32)
-    y8 = _engine.kernel_int8(isa, tiles8, np.ones(N, np.float32), rowsum, x)
+    y8 = _engine_testing.kernel_int8(isa, tiles8, np.ones(N, np.float32), rowsum, x)
     np.testing.assert_array_equal(y8[:, :N], 127 * exact)
 
 
@@ -134,7 +121,7 @@ def test_int8_matmul_matches_numpy(isa, N, K, T):
     rowsum = np.zeros(np_, np.int32)
     rowsum[:N] = w8.astype(np.int32).sum(axis=1)
     x = padded_activations(rng, T, K, kp)
-    y = _engine.kernel_int8(isa, tiles, scale_p, rowsum, x)
+    y = _engine_testing.kernel_int8(isa, tiles, scale_p, rowsum, x)
     exact = x[:, :K].astype(np.int64) @ w8.T.astype(np.int64)
     np.testing.assert_array_equal(y[:, :N], exact.astype(np.float32) * scale)
 
@@ -145,7 +132,7 @@ def test_bf16_matmul_matches_numpy(isa, N, K, T):
     rng = np.random.default_rng(N + K + T)
     w = f32_to_bf16(rng.standard_normal((N, K)).astype(np.float32))
     x = rng.standard_normal((T, K)).astype(np.float32)
-    y = _engine.kernel_bf16(isa, w, x)
+    y = _engine_testing.kernel_bf16(isa, w, x)
     ref = x.astype(np.float64) @ bf16_to_f32(w).T.astype(np.float64)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.sqrt(K))
 
@@ -165,13 +152,13 @@ def test_fp16_conversion_matches_numpy(isa, n):
                         1 + 3 * 2 ** -11, np.inf, -np.inf], np.float32)
     x = np.concatenate([rng.standard_normal(n).astype(np.float32) * 10 ** rng.uniform(-8, 5, n).astype(np.float32),
                         special])
-    h = _engine.kernel_to_f16(isa, x)
+    h = _engine_testing.kernel_to_f16(isa, x)
     np.testing.assert_array_equal(h, x.astype(np.float16).view(np.uint16))
     # and back, inside a dot product and an axpy
     y = rng.standard_normal(len(x)).astype(np.float32)
     finite = np.isfinite(x.astype(np.float16))
     back = x.astype(np.float16).astype(np.float64)
-    d = _engine.kernel_dot_f16(isa, y[finite], h[finite])
+    d = _engine_testing.kernel_dot_f16(isa, y[finite], h[finite])
     np.testing.assert_allclose(d, float(y[finite].astype(np.float64) @ back[finite]), rtol=1e-5, atol=1e-3)
 
 
@@ -184,9 +171,9 @@ def test_silu_mul_matches_numpy(isa, n):
     g = (rng.standard_normal(n) * 6).astype(np.float32)
     g[: min(n, 3)] = np.array([-120.0, 95.0, 0.0], dtype=np.float32)[: min(n, 3)]
     u = rng.standard_normal(n).astype(np.float32)
-    got = _engine.kernel_silu_mul(isa, g, u)
+    got = _engine_testing.kernel_silu_mul(isa, g, u)
     if got is None:
-        assert isa != "avx2", "the AVX2 path has a silu_mul"
+        assert isa != kernel_paths.AVX2, "the AVX2 path has a silu_mul"
         return
     gd = g.astype(np.float64)
     with np.errstate(over="ignore"):
@@ -216,17 +203,17 @@ def test_greedy_rows_match_the_numpy_reference(isa, rows, vocab):
         banned_lists += [[0, 1, vocab // 3, vocab - 1], sorted({int(np.argmax(x[0])), 2})]
     for banned in banned_lists:
         x_before = x.copy()
-        got_ids, got_p = _engine.greedy_rows(isa, x, np.array(banned, dtype=np.int32))
+        got_ids, got_p = _engine_testing.greedy_rows(isa, x, np.array(banned, dtype=np.int32))
         np.testing.assert_array_equal(x, x_before)  # the C version leaves its input alone
         want_ids, want_p = greedy_rows(x, banned)
         np.testing.assert_array_equal(got_ids, want_ids)
         np.testing.assert_allclose(got_p, want_p, rtol=1e-6)
         assert not set(got_ids.tolist()) & set(banned)
     if rows > 1:
-        got_ids, got_p = _engine.greedy_rows(isa, x, np.array([], dtype=np.int32))
+        got_ids, got_p = _engine_testing.greedy_rows(isa, x, np.array([], dtype=np.int32))
         assert got_ids[1] == 0 and abs(got_p[1] - 1 / vocab) < 1e-6 / vocab
     with pytest.raises(ValueError, match="banned ids"):
-        _engine.greedy_rows(isa, x, np.array([vocab], dtype=np.int32))
+        _engine_testing.greedy_rows(isa, x, np.array([vocab], dtype=np.int32))
 
 @pytest.mark.parametrize("isa", PATHS)
 def test_greedy_rows_of_nan_logits_give_an_id_not_a_crash(isa):
@@ -236,5 +223,5 @@ def test_greedy_rows_of_nan_logits_give_an_id_not_a_crash(isa):
     x[1, 7] = 2.0                      # one finite entry among NaNs
     x[2] = np.arange(50, dtype=np.float32)
     x[2, ::3] = np.nan                 # NaNs among finite entries
-    ids, _ = _engine.greedy_rows(isa, x, np.array([4], dtype=np.int32))
+    ids, _ = _engine_testing.greedy_rows(isa, x, np.array([4], dtype=np.int32))
     assert ((ids >= 0) & (ids < 50)).all() and 4 not in ids.tolist(), ids

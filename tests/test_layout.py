@@ -1,4 +1,5 @@
-"""The package's shape: data flows one way between its stages, and decode defaults live in one place.
+"""The package's shape: data flows one way between its stages, decode defaults live in one place, and so do the
+kernel paths' names.
 
 Read from the source text (ast), so the checks see every import, including the lazy ones inside functions.
 """
@@ -7,6 +8,7 @@ import os
 
 import pytest
 
+from bitnet_app.engine import kernel_paths
 from bitnet_app.params import KNOBS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -14,14 +16,22 @@ PACKAGE = os.path.join(REPO, "bitnet_app")
 
 # stage (a module or a subpackage of bitnet_app) -> stages it must never import
 FORBIDDEN = {
-    "ui": {"checkpoint", "engine", "_engine"},  # the page draws; it calls source, model, params, decode events
+    # the page draws; it calls source, model, params, catalog, decode events (the machine through catalog and model)
+    "ui": {"checkpoint", "engine", "_engine", "machine"},
     "engine": {"checkpoint", "source", "model", "decode", "text", "ui", "params"},
     "checkpoint": {"source", "model", "decode", "text", "ui"},
     "decode": {"checkpoint", "engine", "source", "model", "text", "ui"},
     "params": {"checkpoint", "engine", "source", "model", "decode", "text", "ui", "units", "demo"},
     "source": {"model", "decode", "text", "ui"},
     "model": {"source", "ui"},
+    # what each model needs here: shapes and arithmetic, and the machine's figures through machine.py
+    "catalog": {"engine", "_engine", "source", "model", "decode", "text", "ui", "bench"},
+    # this computer: it reads the OS and the C engine's read roof, and nothing of the package above them
+    "machine": {"checkpoint", "engine", "source", "model", "decode", "text", "ui", "params", "catalog", "units",
+                "demo", "bench"},
 }
+# the kernels' entry points for the tests (engine_testing.pyx): no module of the package imports them
+TEST_ONLY = {"_engine_testing"}
 
 # (module, name) pairs outside decode/ and params.py that share a knob's name but are not decode knobs
 NOT_KNOBS = {
@@ -73,7 +83,8 @@ def _stage(dotted: str) -> str:
 @pytest.mark.parametrize("rel, dotted, tree", _modules(), ids=lambda v: v if isinstance(v, str) else "")
 def test_data_flows_one_way(rel, dotted, tree):
     stage = _stage(dotted)
-    bad = {m for m in _imports(dotted, rel.endswith("__init__.py"), tree) if _stage(m) in FORBIDDEN.get(stage, ())}
+    bad = {m for m in _imports(dotted, rel.endswith("__init__.py"), tree)
+           if _stage(m) in FORBIDDEN.get(stage, set()) | TEST_ONLY}
     assert not bad, f"{rel} ({stage}) imports {sorted(bad)}"
 
 
@@ -157,6 +168,43 @@ def test_no_block_of_six_lines_is_written_twice():
             if first != where and (first[0] != rel or lines[i][0] - first[1] >= 6):
                 repeats.append(f"{first[0]}:{first[1]} ~ {rel}:{lines[i][0]}")
     assert not repeats, "repeated blocks: " + "; ".join(repeats)
+
+
+def _path_names(tree):
+    """(line, name) of every string literal that is a kernel path's name (exactly: prose that mentions one is fine)."""
+    names = set(kernel_paths.names())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            yield node.lineno, node.value
+
+
+def _sources_outside_the_registry():
+    """(path relative to the repository, parsed tree) of the Python files of the package, app.py, setup.py,
+    benchmarks/, tests/ and tools/, engine/kernel_paths.py excepted."""
+    registry = os.path.join(PACKAGE, "engine", "kernel_paths.py")
+    paths = [os.path.join(REPO, "app.py"), os.path.join(REPO, "setup.py")]
+    for top in ("bitnet_app", "benchmarks", "tests", "tools"):
+        for folder, _dirs, files in os.walk(os.path.join(REPO, top)):
+            paths += [os.path.join(folder, f) for f in sorted(files) if f.endswith(".py")]
+    for path in paths:
+        if path != registry:
+            with open(path, encoding="utf-8") as f:
+                yield os.path.relpath(path, REPO), ast.parse(f.read(), path)
+
+
+def test_kernel_paths_are_named_in_the_registry_only():
+    """Each kernel path's name is written once on the Python side, in bitnet_app/engine/kernel_paths.py (the C
+    side names them in _kernels/dispatch.c; tests/test_kernels.py checks that the two lists agree). The CLI, the
+    page, the benchmarks and the tests take the names from the registry; a literal elsewhere is a second list."""
+    found = [f"{rel}:{line} {name!r}" for rel, tree in _sources_outside_the_registry()
+             for line, name in _path_names(tree)]
+    assert not found, "kernel path names outside bitnet_app/engine/kernel_paths.py: " + ", ".join(found)
+
+
+def test_the_path_name_check_finds_literals():
+    src = 'isa = "avx2"\nchoices = ("amx", "portable")\nf(isa="avx512")\ndoc = "the avx2 path"\n'
+    kp = kernel_paths
+    assert sorted(n for _, n in _path_names(ast.parse(src))) == sorted([kp.AMX, kp.AVX2, kp.AVX512, kp.PORTABLE])
 
 
 @pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar", "vs_bitnet_cpp"])

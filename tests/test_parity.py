@@ -15,7 +15,7 @@ every later token's). So for every model the test nudges the reference's input e
 (relative, 8 random directions) and all its weight scales by (1 +- 1e-6), on each prompt, and sets
 the tolerances to TOL_FACTOR = 3 x the largest move seen (with floors, see calibrate()).
 Error = max over the vocabulary of |a - ref| / max |ref| (the logit scale), per position. Measured
-during development (avx512-vnni, avx2 and portable alike; 6 prompts x 10 nudges x 3 models):
+during development (avx512, avx2 and portable alike; 6 prompts x 10 nudges x 3 models):
   - between flips, positions agree to the fp32 floor: median error 2e-7..7e-7, for the nudged
     reference and for the engine alike;
   - one flip moves its position by 0.3%..46% of the logit scale; an early flip that drags the later
@@ -410,7 +410,7 @@ def test_logits_match_the_reference(cases, name, isa):
       offline-autobitlinear           9.3e-7   0.0087   0.33   0.975  |         3.0e-7  0.0062  1.000
       offline-bitlinear               0.012    0.013    0.17   0.975  |         0.0096  0.17    0.992
       online                          4.7e-7   4.6e-7   0.063  1.000  |         3.2e-7  3.9e-6  1.000
-    (the same on avx512-vnni, avx2 and portable; run with -s for the full table)."""
+    (the same on avx512, avx2 and portable; run with -s for the full table)."""
     case = cases(name)
     model = Model.open(case.path, lm_head="exact", threads=2, isa=isa)
     assert model.engine.isa.startswith(isa)

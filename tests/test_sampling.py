@@ -3,7 +3,8 @@ logits processors, and the sampler's draws against the distribution it reports."
 import numpy as np
 import pytest
 
-from bitnet_app import _engine
+from bitnet_app import _engine_testing
+from bitnet_app.engine import kernel_paths
 from test_kernels import PATHS
 from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
                                  top_k_filter, top_p_filter)
@@ -11,7 +12,7 @@ from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, rep
 
 def c_draws(rows, temperature, top_k, top_p, uniforms, banned=(), isa=""):
     """The engine's draw (_kernels/sample.c), as Engine.sample_rows calls it (isa "": this CPU's kernel path)."""
-    return _engine.sample_rows(isa, np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
+    return _engine_testing.sample_rows(isa, np.ascontiguousarray(rows, dtype=np.float32), float(temperature), int(top_k),
                                float(top_p), np.ascontiguousarray(uniforms, dtype=np.float64),
                                np.array(sorted(set(banned)), dtype=np.int32))
 
@@ -257,9 +258,9 @@ def test_the_vector_exponential_is_within_an_ulp_of_libm(isa):
     NaN, wherever they fall among the vector groups (also more of those groups than the kernel notes one by one);
     and their sum."""
     import math
-    got = _engine.exp_shifted(isa, np.zeros(1), 0.0)
+    got = _engine_testing.exp_shifted(isa, np.zeros(1), 0.0)
     if got is None:  # the portable path has no vector exponential: sample.c calls libm
-        assert isa == "portable"
+        assert isa == kernel_paths.PORTABLE
         return
     rng = np.random.default_rng(0)
     z = np.concatenate([rng.uniform(-40, 0, 5000), rng.uniform(-760, 0, 3000),
@@ -267,10 +268,10 @@ def test_the_vector_exponential_is_within_an_ulp_of_libm(isa):
     rng.shuffle(z)
     z = z + 3.5  # top = 3.5: the kernel subtracts it
     want = np.array([math.exp(v - 3.5) if not math.isnan(v) else np.nan for v in z])
-    w, total = _engine.exp_shifted(isa, z, 3.5)
+    w, total = _engine_testing.exp_shifted(isa, z, 3.5)
     normal = want > 0
     assert np.all(np.abs(w[normal] - want[normal]) <= np.spacing(want[normal])), isa
     np.testing.assert_array_equal(w[~normal], want[~normal])  # 0 for -inf and below -745, NaN for NaN
     finite = ~np.isnan(z)
-    w2, total2 = _engine.exp_shifted(isa, z[finite], 3.5)
+    w2, total2 = _engine_testing.exp_shifted(isa, z[finite], 3.5)
     assert total2 == pytest.approx(math.fsum(want[finite]), rel=1e-14)

@@ -1,5 +1,19 @@
 """Stage 2: the engine file and the engine that runs it.
 
+The engine itself is C, in _kernels/ at the top of the repository; Python reaches it through one Cython module
+(the tests reach single kernels through a second):
+
+    _kernels/*.c, *.h   bitnet.h       the C API and the shape letters (D, I, L, H, G, hd, V, T, C)
+                        forward.c      the layer maths of one forward (read it beside reference.py), bn_forward
+                        schedule.c     which items of each stage run on which thread (pool.c: the threads)
+                        dispatch.c     the kernel path for this CPU; kernels_<isa>.c: one file per path
+                        greedy.c, sample.c, rows_job.c   the sampler's rows; roof.c: the machine's read roof
+    _kernels/engine.pyx  --setup.py-->  bitnet_app._engine: CEngine (one C call per forward, the GIL released),
+                        kernel_paths(), kernel_name(), read_roof_gb_s()
+    runtime.py          Engine wraps CEngine (the KV-cache bookkeeping, argument checks, resident weights);
+                        bitnet_app/model.py's Model wraps Engine with the tokenizer and the chat template
+    _kernels/engine_testing.pyx  -->  bitnet_app._engine_testing: single kernels on numpy arrays, for tests/ only
+
 file.py       the engine file format (magic BITNETAP, version, checksummed JSON metadata, aligned tensors with
               data sums): EngineFile, write_engine_file, remove_stale_partials
 validate.py   what its metadata must hold (tensor table, config, text metadata) before anything trusts it
@@ -7,7 +21,10 @@ packing.py    the tile layouts of its ternary and int8 tensors, with their numpy
 cache.py      where converted engine files live (cache_dir(), one file per checkpoint folder)
 runtime.py    Engine: an engine file plus a KV cache, one call into the compiled C code per forward
               (bitnet_app._engine, built from _kernels/ by setup.py; its class is CEngine)
+resident.py   the streamed weights copied into huge pages, shared by the engines of one file
+rope.py       the RoPE frequencies (llama3 rope scaling) handed to the C engine
 reference.py  the plain numpy forward of an engine file: the slow, independent reference of the C forward
+kernel_paths.py  the kernel paths' names and labels: the one list on the Python side (dispatch.c holds C's)
 """
 from .file import EngineFile, EngineFileError
 from .runtime import Engine

@@ -31,7 +31,7 @@ import numpy as np
 from .file import EngineFile
 from .resident import huge_pages_available, shared_resident, streamed_names
 
-# force a kernel path: amx | avx512 | avxvnni | avx2 | portable (| avxvnni-emulated, amx-emulated: for tests)
+# forces a kernel path: a name of kernel_paths.py (else the dispatcher takes the best one the CPU has)
 ISA_ENV = "BITNET_ISA"
 
 

@@ -13,11 +13,6 @@ from ..units import format_bytes
 from . import export, sources, state
 from .stats import MODE_LABELS
 
-ISA_LABELS = {"avx512-vnni": "AVX512-VNNI", "avx512": "AVX512-VNNI", "avxvnni": "AVX-VNNI", "avx2": "AVX2",
-              "avxvnni-emulated": "AVX-VNNI (emulated in AVX2)", "amx": "AMX + AVX512-VNNI",
-              "amx-emulated": "AMX (emulated in C)", "portable": "portable C"}
-
-
 def _clear_chat() -> None:
     st.session_state.messages = []
 
@@ -170,38 +165,19 @@ def chat_actions(model, model_label: str, busy: bool) -> None:
                            help="Save the chat with its settings and figures as JSON.")
 
 
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _total_ram() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 def _count(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
 
 
 def model_info(model, label: str) -> None:
     info = model.info()
-    isa = ISA_LABELS.get(str(info.get("isa")).lower(), str(info.get("isa")))
     with st.sidebar:
         with st.expander("Model info", icon=":material/memory:"):
             rows = [("Model", label), ("Parameters", _count(int(info["parameters"]))),
                     ("Model file", format_bytes(int(info["file_bytes"]))),
-                    ("Kernel path", isa), ("Threads", str(info.get("threads"))),
+                    ("Kernel path", info["isa_label"]), ("Threads", str(info.get("threads"))),
                     ("Context", f"{info.get('context')} tokens"),
-                    ("RAM", f"{format_bytes(_rss_bytes())} used of {format_bytes(_total_ram())}"),
+                    ("RAM", f"{format_bytes(info['rss_bytes'])} used of {format_bytes(info['ram_bytes'])}"),
                     ("Diffusion-trained", "yes" if info.get("trained_for_diffusion") else "no")]
             st.markdown("\n".join(f"- **{k}:** {v}" for k, v in rows))
             st.caption(os.path.basename(str(info.get("path", ""))))

@@ -1,0 +1,166 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""bitnet_app._engine_testing: the kernels' own entry points, for the tests (tests/test_kernels.py, test_sampling.py,
+test_engine.py): one kernel of a named path (`isa`, a name of bitnet_app/engine/kernel_paths.py) on numpy arrays,
+outside any forward. The product never imports it; its engine is bitnet_app._engine (engine.pyx)."""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
+
+cnp.import_array()
+
+include "row_checks.pxi"
+
+cdef extern from "kernels.h":
+    ctypedef struct bn_kernels:
+        const char *name
+        void (*ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                               const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
+                            const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*to_f16)(const float *x, uint16_t *h, int n) nogil
+        float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
+        void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
+        double (*exp_shifted)(const double *z, double top, double *w, int n) nogil
+        double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) nogil
+        int (*select_at_least)(const double *w, int n, double t, int *out) nogil
+    const bn_kernels *bn_select_kernels(const char *force)
+    void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
+                        int64_t *ids, double *probs) nogil
+    int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
+                       const double *u, const int32_t *banned, int n_banned, int64_t *ids, double *probs) nogil
+
+
+cdef const bn_kernels *_kernels(str isa) except NULL:
+    cdef const bn_kernels *k = bn_select_kernels(isa.encode())
+    if k == NULL:
+        raise ValueError(f"kernel path {isa!r} is not supported on this CPU")
+    return k
+
+
+def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                   cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """Tiles (Np/16, Kp/16, 64) @ xq (T, Kp) -> (T, Np) float32, with xinv = 1 (raw scaled dot products)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int np_ = codes.shape[0] * 16, kp = codes.shape[1] * 16, T = xq.shape[0]
+    if xq.shape[1] != kp or scale.shape[0] != np_:
+        raise ValueError("shape mismatch")
+    xsum = np.ascontiguousarray(xq.sum(axis=1, dtype=np.int32))
+    xinv = np.ones(T, dtype=np.float32)
+    y = np.zeros((T, np_), dtype=np.float32)
+    cdef int32_t[::1] xs = xsum
+    cdef float[::1] xi = xinv
+    cdef float[:, ::1] yv = y
+    k.ternary_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
+                     &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
+    return y
+
+
+def kernel_int8(str isa, cnp.ndarray[int8_t, ndim=3, mode="c"] w, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                cnp.ndarray[int32_t, ndim=1, mode="c"] rowsum, cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """Int8 tiles (Np/16, Kp/4, 64) @ xq (T, Kp) -> (T, Np) float32, xinv = 1."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int np_ = w.shape[0] * 16, kp = w.shape[1] * 4, T = xq.shape[0]
+    if xq.shape[1] != kp or scale.shape[0] != np_ or rowsum.shape[0] != np_:
+        raise ValueError("shape mismatch")
+    xinv = np.ones(T, dtype=np.float32)
+    y = np.zeros((T, np_), dtype=np.float32)
+    cdef float[::1] xi = xinv
+    cdef float[:, ::1] yv = y
+    k.int8_matmul(<const int8_t *>w.data, kp, <const float *>scale.data, <const int32_t *>rowsum.data,
+                  <const int8_t *>xq.data, &xi[0], T, 0, np_, &yv[0, 0], np_)
+    return y
+
+
+def kernel_bf16(str isa, cnp.ndarray[uint16_t, ndim=2, mode="c"] w, cnp.ndarray[float, ndim=2, mode="c"] x):
+    """bf16 W (N, K) @ x (T, K) float32 -> (T, N) float32."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int n = w.shape[0], kk = w.shape[1], T = x.shape[0]
+    if x.shape[1] != kk:
+        raise ValueError("shape mismatch")
+    y = np.zeros((T, n), dtype=np.float32)
+    cdef float[:, ::1] yv = y
+    k.bf16_matmul(<const uint16_t *>w.data, kk, <const float *>x.data, T, 0, n, &yv[0, 0], n)
+    return y
+
+
+def kernel_to_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] x):
+    """float32 (n,) -> IEEE half bits uint16 (n,) with the KV cache's conversion."""
+    cdef const bn_kernels *k = _kernels(isa)
+    h = np.zeros(x.shape[0], dtype=np.uint16)
+    cdef uint16_t[::1] hv = h
+    if x.shape[0]:
+        k.to_f16(<const float *>x.data, &hv[0], x.shape[0])
+    return h
+
+
+def kernel_dot_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] a, cnp.ndarray[uint16_t, ndim=1, mode="c"] h):
+    cdef const bn_kernels *k = _kernels(isa)
+    if a.shape[0] != h.shape[0]:
+        raise ValueError("shape mismatch")
+    return k.dot_f16(<const float *>a.data, <const uint16_t *>h.data, a.shape[0])
+
+
+def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray[float, ndim=1, mode="c"] u):
+    """silu(g) * u (n,) with the path's silu_mul; None when the path has none (forward.c's plain loop runs)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    if k.silu_mul == NULL:
+        return None
+    if g.shape[0] != u.shape[0]:
+        raise ValueError("shape mismatch")
+    out = np.zeros(g.shape[0], dtype=np.float32)
+    cdef float[::1] ov = out
+    if g.shape[0]:
+        k.silu_mul(<const float *>g.data, <const float *>u.data, &ov[0], g.shape[0])
+    return out
+
+
+def greedy_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
+    """(R, V) float32 logits -> argmax ids (R,) int64 and their softmax probabilities (R,) float64, with the
+    kernel path `isa` and the ids `banned` (ascending, distinct, in [0, V)) taken as -inf (greedy.c;
+    decode/sampling.py greedy_rows is the numpy reference). x is left alone. One thread: CEngine.greedy_rows
+    shares the rows between an engine's threads."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0]
+    cdef cnp.ndarray ids, probs
+    ids, probs = _rows_out(x, banned)
+    if R:
+        with nogil:
+            bn_greedy_rows(k, <const float *>x.data, R, V, <const int32_t *>banned.data, nb, <int64_t *>ids.data,
+                           <double *>probs.data)
+    return ids, probs
+
+
+def exp_shifted(str isa, cnp.ndarray[double, ndim=1, mode="c"] z, double top):
+    """(exp(z - top), their sum) (float64) with the kernel path `isa`'s vector exponential; None where it has none
+    (sample.c then uses libm's)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    if k.exp_shifted == NULL:
+        return None
+    cdef cnp.ndarray[double, ndim=1, mode="c"] w = np.empty_like(z)
+    cdef double total
+    with nogil:
+        total = k.exp_shifted(<const double *>z.data, top, <double *>w.data, z.shape[0])
+    return w, total
+
+
+NO_IDS = np.zeros(0, dtype=np.int32)
+
+
+def sample_rows(str isa, cnp.ndarray[float, ndim=2, mode="c"] x, double temperature, int top_k, double top_p,
+                cnp.ndarray[double, ndim=1, mode="c"] u, cnp.ndarray[int32_t, ndim=1, mode="c"] banned=NO_IDS):
+    """(R, V) float32 logits -> one draw per row after temperature, top-k and top-p with the uniforms u (R,), the
+    ids `banned` (ascending, distinct, in [0, V)) taken as -inf: ids (R,) int64 and their probabilities (R,) float64,
+    with the kernel path `isa` (sample.c; decode/sampling.py Sampler._draw is the numpy reference). x is left
+    alone. One thread: CEngine.sample_rows shares the rows between an engine's threads."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int R = x.shape[0], V = x.shape[1], nb = banned.shape[0], rc = 0
+    cdef cnp.ndarray ids, probs
+    ids, probs = _draw_out(x, temperature, top_p, u, banned)
+    if R:
+        with nogil:
+            rc = bn_sample_rows(k, <const float *>x.data, R, V, temperature, top_k, top_p, <const double *>u.data,
+                                <const int32_t *>banned.data, nb, <int64_t *>ids.data, <double *>probs.data)
+    if rc:
+        raise MemoryError("out of memory sampling the logits")
+    return ids, probs

@@ -1,0 +1,69 @@
+"""The engine's kernel paths: one name per path, with its label for people. The one list of them on the Python side:
+the CLI's --isa, the page's "Kernel path", the benchmarks and the tests read it; the C engine knows the same names in
+the same order (_kernels/dispatch.c PATHS, bitnet_app._engine.kernel_paths(); tests/test_kernels.py checks both).
+
+A name is what BITNET_ISA, `bench --isa` and Engine(isa=...) take to force a path, and what Engine.isa reports.
+
+    PATHS              every path, in the dispatcher's order of preference: the automatic choice is the first one
+                       the CPU supports, the emulated ones (for the tests) excepted
+    BY_NAME[name]      its KernelPath
+    names()            every name (emulated=False: the paths a CPU can be given by itself)
+    label(name)        its words for people ("AVX512-VNNI")
+    supported()        the names of the paths this CPU (and this build) can run
+"""
+from dataclasses import dataclass
+
+AMX = "amx"
+AVX512 = "avx512"
+AVXVNNI = "avxvnni"
+AVX2 = "avx2"
+PORTABLE = "portable"
+AVXVNNI_EMULATED = "avxvnni-emulated"
+AMX_EMULATED = "amx-emulated"
+
+_AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})
+_AVX512_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni"})
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    name: str
+    label: str
+    cpu_flags: frozenset   # the /proc/cpuinfo flags it needs (Linux lists AMX's only when it saves the tile state)
+    emulated: bool = False  # another path's code with its special instructions written in AVX2 or plain C: the
+    #                         tests' way to run that code on every AVX2 CPU; never the automatic choice
+    simd: bool = True       # False: plain C, the path of CPUs without AVX2 (correct, but slow)
+
+
+PATHS = (
+    KernelPath(AMX, "AMX + AVX512-VNNI", _AVX512_FLAGS | {"amx_tile", "amx_int8"}),
+    KernelPath(AVX512, "AVX512-VNNI", _AVX512_FLAGS),
+    KernelPath(AVXVNNI, "AVX-VNNI", _AVX2_FLAGS | {"avx_vnni"}),
+    KernelPath(AVX2, "AVX2", _AVX2_FLAGS),
+    KernelPath(PORTABLE, "portable C", frozenset(), simd=False),
+    KernelPath(AVXVNNI_EMULATED, "AVX-VNNI (emulated in AVX2)", _AVX2_FLAGS, emulated=True),
+    KernelPath(AMX_EMULATED, "AMX (emulated in C)", _AVX2_FLAGS, emulated=True),
+)
+BY_NAME = {p.name: p for p in PATHS}
+
+
+def names(emulated: bool = True) -> tuple[str, ...]:
+    return tuple(p.name for p in PATHS if emulated or not p.emulated)
+
+
+def label(name: str) -> str:
+    return BY_NAME[name].label
+
+
+def supported(emulated: bool = True) -> list[str]:
+    """The names of the paths this CPU and this build can run, in PATHS order (the compiled engine says)."""
+    from .. import _engine
+
+    out = []
+    for name in names(emulated):
+        try:
+            _engine.kernel_name(name)
+            out.append(name)
+        except ValueError:
+            pass
+    return out

@@ -1,0 +1,23 @@
+"""bitnet_app/machine.py: this computer's figures, read (not guessed) wherever the OS gives them."""
+import os
+
+from bitnet_app import machine
+
+
+def test_memory_figures_are_read_and_consistent():
+    total, free, rss = machine.total_ram(), machine.available_ram(), machine.process_rss()
+    assert total > 0
+    if os.path.exists("/proc/meminfo"):  # Linux: the OS says how much is free and what this process holds
+        assert 0 < free <= total and 0 < rss < total
+
+
+def test_a_missing_proc_file_reads_as_zero(tmp_path):
+    assert machine._proc_kb(str(tmp_path / "absent"), "MemAvailable") == 0
+    odd = tmp_path / "meminfo"
+    odd.write_text("MemTotal: 100 kB\nMemAvailable: lots\n")
+    assert machine._proc_kb(str(odd), "MemTotal") == 100 * 1024
+    assert machine._proc_kb(str(odd), "MemAvailable") == 0
+
+
+def test_the_read_roof_is_measured():
+    assert 0.1 < machine.read_roof_gb_s(1) < 10000
