@@ -3,7 +3,8 @@ import os
 
 import streamlit as st
 
-from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, sources, state, style, suggestions
+from bitnet_app.ui import (chat_view, compare_view, first_run, loading, model_choices, sidebar, state, style,
+                           suggestions)
 
 # The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
 ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "icon.png")
@@ -23,7 +24,7 @@ except loading.LoadFailure as failure:
     first_run.show_failure(failure, source.label)
 if fell_back is not None:
     first_run.show_fallback(fell_back, source.label, busy)
-running = sources.demo_source() if fell_back is not None else source  # the model that actually runs
+running = model_choices.demo_source() if fell_back is not None else source  # the model that actually runs
 model_label = running.label
 
 model = loaded.model
@@ -41,7 +42,7 @@ if not model.info()["isa_simd"]:  # the portable path
 
 view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, required=True,
                             label_visibility="collapsed")
-prompts = suggestions.for_folder(sources.folder_of(running))
+prompts = suggestions.for_folder(model_choices.folder_of(running))
 if view == "Compare":
     compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)), prompts)
 else:

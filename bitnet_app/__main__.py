@@ -20,11 +20,10 @@ import json
 import sys
 import time
 
+from .checkpoint.shapes import SHAPES
 from .engine import kernel_paths
 
-# checkpoint/synthetic.py SHAPES (named here so the parser is built without importing numpy)
-SYNTHETIC_SHAPES = ("2b4t", "falcon3-1b", "falcon3-3b", "falcon3-7b", "falcon3-10b", "llama3-8b", "bitnet-3b", "tiny",
-                    "tiny-llama", "tiny-1bitllm")
+SYNTHETIC_SHAPES = tuple(SHAPES)   # the shapes of `bench --synthetic` (plain data, not the writer: synthetic.py)
 
 
 def _progress_printer(label: str):
@@ -70,7 +69,8 @@ def cmd_convert(args) -> int:
 
 
 def _decode_params(args):
-    """DecodeParams from the generate flags (ValueError, one line and exit 2, on a bad value)."""
+    """The CLI's one DecodeParams, from the generate flags (a flag not given is None: the default, or the
+    checkpoint's value, which Model.generate fills in); a bad value is a ValueError: one line, exit 2."""
     from .params import KNOBS, DecodeParams
 
     return DecodeParams.from_kwargs(**{name: getattr(args, name) for name in KNOBS})
@@ -88,7 +88,7 @@ def cmd_generate(args) -> int:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         ids = model.chat_ids(messages + [{"role": "user", "content": args.prompt}])
     streamed = ""
-    for ev in model.generate(ids, **params.kwargs()):
+    for ev in model.generate(ids, params):
         if isinstance(ev, Token) and ev.text:
             streamed += ev.text
             sys.stdout.write(ev.text)

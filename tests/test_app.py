@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from bitnet_app.engine.kernel_paths import PORTABLE
 from bitnet_app.source import DEFAULT_REPO
-from bitnet_app.ui import export, jobs, reply, sources, suggestions
+from bitnet_app.ui import export, jobs, model_choices, reply, suggestions
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
 
@@ -259,12 +259,12 @@ def test_error_page_leads_to_the_bundled_demo_model(env, checkpoints, tmp_path):
     assert "That model was not found" in _all_markdown(at)
     at.button(key="err_retry").click().run()
     assert "That model was not found" in _all_markdown(at) and "Tried again at" in _captions(at)
-    assert sources.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
+    assert model_choices.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
     demo = [b for b in at.button if b.label == "Use the bundled demo model"][0]
     assert not demo.disabled
     demo.click().run()
     assert not at.exception, at.exception
-    assert at.sidebar.selectbox(key="model_choice").value == sources.DEMO_LABEL
+    assert at.sidebar.selectbox(key="model_choice").value == model_choices.DEMO_LABEL
     at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
     assert _chat(at, "Hello")["done"]
 
@@ -358,7 +358,7 @@ def test_default_model_out_of_reach_opens_the_demo_model_with_a_notice(env, chec
     assert len(at.session_state["messages"]) == 2  # the chat is kept
 
     at.button(key="fallback_keep").click().run()
-    assert at.sidebar.selectbox(key="model_choice").value == sources.DEMO_LABEL
+    assert at.sidebar.selectbox(key="model_choice").value == model_choices.DEMO_LABEL
     assert not _notice(at) and at.chat_input(key="chat_prompt")
 
 
@@ -371,7 +371,7 @@ def test_pick_another_model_from_the_notice(env, checkpoints, tmp_path):
     at = _app()
     assert "org/not-on-this-hub could not be downloaded" in _notice(at)
     at.button(key="fallback_other").click().run()
-    assert at.sidebar.selectbox(key="model_choice").value == sources.CUSTOM_LABEL
+    assert at.sidebar.selectbox(key="model_choice").value == model_choices.CUSTOM_LABEL
     at.sidebar.text_input(key="custom_source").set_value(checkpoints["plain"]).run()
     assert not at.exception, at.exception
     assert not _notice(at) and at.chat_input(key="chat_prompt")
@@ -431,7 +431,7 @@ def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints
 
     at.button(key="fallback_other").click().run()  # the custom source, nothing typed: no model, no settings
     assert not at.exception and not at.sidebar.slider
-    at.sidebar.selectbox(key="model_choice").set_value(sources.DEMO_LABEL).run()
+    at.sidebar.selectbox(key="model_choice").set_value(model_choices.DEMO_LABEL).run()
     _remount_as_a_browser_does(at)
     assert _settings_shown(at) == before
     at.sidebar.number_input(key="seed").set_value(3).run()  # touch any control
@@ -440,7 +440,7 @@ def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints
     again = at.session_state["messages"][-1]
     assert again["content"] == first["content"] and again["stats"]["tokens"] == first["stats"]["tokens"]
 
-    at.sidebar.selectbox(key="model_choice").set_value(sources.CUSTOM_LABEL).run()
+    at.sidebar.selectbox(key="model_choice").set_value(model_choices.CUSTOM_LABEL).run()
     at.sidebar.text_input(key="custom_source").set_value(str(tmp_path / "no-such-folder")).run()
     assert "That model was not found" in _all_markdown(at) and not at.sidebar.slider  # an error page
     [b for b in at.button if b.label == "Use the bundled demo model"][0].click().run()

@@ -42,7 +42,7 @@ import urllib.request
 import pytest
 
 from bitnet_app.demo import demo_model_dir
-from bitnet_app.ui import sources, suggestions
+from bitnet_app.ui import model_choices, suggestions
 from fake_hub import FakeHub
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -519,7 +519,7 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
             page.locator('[data-testid="stSidebar"]').get_by_role("button", name="Markdown").click()
         with open(download.value.path(), encoding="utf-8") as f:
             exported = f.read()
-        assert f"# Chat with {sources.DEMO_LABEL}" in exported and "### Assistant" in exported
+        assert f"# Chat with {model_choices.DEMO_LABEL}" in exported and "### Assistant" in exported
         _assert_only_local(requests)
 
 

@@ -30,6 +30,10 @@ def test_stat_chips_show_the_figures_of_each_mode():
     assert "12 tokens" in line and "40.0 tok/s" in line and "first token 50 ms" in line and "forwards" not in line
     diff = dict(ar, mode="diffusion", stats=dict(ar["stats"], forwards=4, tokens_per_forward=3.0))
     assert "4 forwards" in stats.text_line(diff) and "3.00 tokens/forward" in stats.text_line(diff)
+    assert "drafts" not in stats.text_line(diff)  # none drafted: nothing to say
+    exact = dict(diff, stats=dict(diff["stats"], drafted=8, kept=6, kept_share=0.75))
+    assert "75% of 8 drafts kept" in stats.text_line(exact)
+    assert "75% of 8 drafts kept" in export.to_markdown([dict(exact, role="assistant")], system_prompt="", model="m")
     stopped = {"mode": "ar", "stats": None, "stopped": True}
     assert "stopped by you" in stats.html_row(stopped)
 

@@ -1,5 +1,5 @@
 """Hugging Face 1.58-bit checkpoint folder (BitNetForCausalLM, a Llama with BitNet quantization, or 1bitLLM's
-BitnetForCausalLM; see checkpoint/config.py) -> one packed engine file (engine/file.py).
+BitnetForCausalLM; see checkpoint/families.py) -> one packed engine file (engine/file.py).
 
     convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
 
@@ -8,14 +8,16 @@ Two source layouts:
            (packing.unpack_hf_u8) + a one-element `<proj>.weight_scale`.
            linear_class "autobitlinear": W_eff = T * weight_scale  (scale_mode "multiply")
            linear_class "bitlinear":     W_eff = T / weight_scale  (scale_mode "divide")
-           linear_class absent: a Llama (transformers' BitLinear, the default class) divides; a BitNet
-           model's rule is inferred from the scales (see _infer_scale_mode), recorded in meta.
+           linear_class absent: the family's packed_scale (families.py): a Llama (transformers' BitLinear, the
+           default class) divides; a BitNet model's rule is inferred from the scales (see _infer_scale_mode),
+           recorded in meta.
   online   the -bf16 sibling, 1bitLLM's checkpoints, Falcon-E's latent revisions: `<proj>.weight`
            BF16/F16/F32 (N, K) latent weights, ternarized exactly as transformers WeightQuant (and 1bitLLM's
            weight_quant) does in fp32: s = 1/max(mean|w|, 1e-5), T = clamp(rint(w*s), -1, 1), W_eff = T * float32(1/s).
 The scale rule is folded here into the per-row multiplier, so the engine only ever multiplies.
-Sub-norms: BitNet's self_attn.attn_sub_norm / mlp.ffn_sub_norm, or 1bitLLM's self_attn.inner_attn_ln /
-mlp.ffn_layernorm, or none (the Llama family): whichever layer 0 has, every layer must have.
+Sub-norms: under one of the namings of families.py (BitNet's self_attn.attn_sub_norm / mlp.ffn_sub_norm, 1bitLLM's
+self_attn.inner_attn_ln / mlp.ffn_layernorm), or none (the Llama family): whichever layer 0 has, every layer must
+have, and a family that requires them must have them.
 Output tensors (names and layouts in engine/file.py): per layer, q|k|v and gate|up fused row-wise into
 one tile-packed ternary matrix each with a float32 per-row multiplier (Np,), padding rows 0.
 The embedding stays bf16 (V, D). The head is the embedding (tied) or lm_head.weight (untied: stored bf16 as
@@ -29,8 +31,9 @@ import numpy as np
 
 from ..engine import packing
 from ..engine.file import write_engine_file
-from .config import (ConvertError, family, projection_shapes, read_model_config, read_quant_config, read_text_meta,
+from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
+from .families import SUB_NORM_NAMINGS, family_of
 from .safetensors_reader import Checkpoint, SafetensorsError
 
 FLOAT_TAGS = ("BF16", "F16", "F32")
@@ -40,19 +43,10 @@ CONVERTER_VERSION = 1
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 
-# the two namings of the sub-norms: (before o_proj, before down_proj)
-SUB_NORM_NAMES = {"bitnet": ("self_attn.attn_sub_norm", "mlp.ffn_sub_norm"),
-                  "1bitllm": ("self_attn.inner_attn_ln", "mlp.ffn_layernorm")}
-
-
-# Families whose modeling code always has sub-norms (their absence means a damaged checkpoint, not a model
-# without them): the namings each accepts. A Llama has whatever its tensors hold.
-SUB_NORMS_REQUIRED = {"bitnet": ("bitnet",), "1bitllm": ("1bitllm", "bitnet")}
-
 
 def _sub_norm_naming(ck: Checkpoint) -> str | None:
     """Which sub-norm naming layer 0 uses ("bitnet", "1bitllm"), or None when it has no sub-norms."""
-    found = [k for k, names in SUB_NORM_NAMES.items() if any(f"model.layers.0.{n}.weight" in ck for n in names)]
+    found = [k for k, names in SUB_NORM_NAMINGS.items() if any(f"model.layers.0.{n}.weight" in ck for n in names)]
     if len(found) > 1:
         raise ConvertError(f"layer 0 of {ck.folder} holds sub-norms under both namings ({', '.join(found)}). The "
                            "checkpoint is not one this app knows: use an unmodified checkpoint.")
@@ -64,7 +58,7 @@ def _norm_shapes(cfg: dict, naming: str | None) -> dict:
     D, I = cfg["hidden_size"], cfg["intermediate_size"]
     out = {"input_layernorm": ("attn_norm", D), "post_attention_layernorm": ("ffn_norm", D)}
     if naming is not None:
-        attn, ffn = SUB_NORM_NAMES[naming]
+        attn, ffn = SUB_NORM_NAMINGS[naming]
         out.update({attn: ("attn_sub_norm", D), ffn: ("ffn_sub_norm", I)})
     return out
 
@@ -90,7 +84,7 @@ def _check_tensors(ck: Checkpoint, cfg: dict, layout: str, naming: str | None) -
     if not cfg["tie_word_embeddings"]:
         _expect(ck, "lm_head.weight", (V, D), FLOAT_TAGS)
     _expect(ck, "model.norm.weight", (D,), FLOAT_TAGS)
-    others = [n for k, names in SUB_NORM_NAMES.items() if k != naming for n in names]
+    others = [n for k, names in SUB_NORM_NAMINGS.items() if k != naming for n in names]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         for hf, (_, n) in _norm_shapes(cfg, naming).items():
@@ -248,7 +242,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
                            f"(config.json, tokenizer.json, *.safetensors).")
     _refuse_own_input(src_dir, out_path)
     cfg, raw = read_model_config(src_dir)
-    fam = family(raw)
+    fam = family_of(raw)   # not None: read_model_config refuses other models
     _, linear_class, mode = read_quant_config(raw)
     text = read_text_meta(src_dir, cfg, raw)
     try:
@@ -262,10 +256,11 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
         raise ConvertError(f"config.json has tie_word_embeddings = false, but {src_dir} holds no lm_head.weight. "
                            "The checkpoint is incomplete: download it again.")
     naming = _sub_norm_naming(ck) if cfg["num_hidden_layers"] else None
-    if cfg["num_hidden_layers"] and fam in SUB_NORMS_REQUIRED and naming not in SUB_NORMS_REQUIRED[fam]:
-        want = SUB_NORM_NAMES[SUB_NORMS_REQUIRED[fam][0]]
-        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam} model has "
-                           f"sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
+    # a family whose modeling code always has sub-norms: their absence means a damaged checkpoint
+    if cfg["num_hidden_layers"] and fam.sub_norms_required and naming not in fam.sub_norms_required:
+        want = SUB_NORM_NAMINGS[fam.sub_norms_required[0]]
+        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam.name} model "
+                           f"has sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
                            "it again.")
     cfg["sub_norms"] = naming is not None
     layout = _layout(ck, cfg, linear_class, mode)
@@ -279,7 +274,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
         scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
     elif linear_class == "autobitlinear":
         scale_mode = "multiply"
-    elif linear_class == "bitlinear" or fam != "bitnet":
+    elif linear_class == "bitlinear" or fam.packed_scale == "divide":
         scale_mode = "divide"   # transformers' BitLinear, the class a config without linear_class gets
     else:
         scales = [float(ck.get_f32(f"model.layers.{i}.{p}.weight_scale").reshape(-1)[0])
@@ -316,7 +311,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     meta = dict(text)
     meta["config"] = cfg
     meta["source"] = {
-        "path": os.path.abspath(src_dir), "family": fam, "sub_norm_naming": naming,
+        "path": os.path.abspath(src_dir), "family": fam.name, "sub_norm_naming": naming,
         "layout": layout, "linear_class": linear_class,
         "quantization_mode": mode, "scale_mode": scale_mode, "scale_mode_inferred": inferred,
         "embed_dtype": embed_dtype, "embed_rounded_to_bf16": embed_dtype != "BF16",

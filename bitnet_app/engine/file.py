@@ -14,7 +14,9 @@ Metadata keys: "config" (normalized hyper-parameters, see checkpoint/config.py),
 offset, nbytes), "layout" (data_start, file_bytes, chunk_bytes, chunk_sums: the wrapping uint64 sum of
 each CHUNK_BYTES piece of the data region, read as little-endian uint64 words), and what the model
 layer needs: "tokenizer_json", "tokenizer_config",
-"generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion", "source".
+"generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion" (block_size and attention:
+what the model was trained with, TRAINED_BLOCK_SIZE and PLAIN_ATTENTION where the checkpoint names none; trained;
+a dlm_config.json's suggested sub_block_size and threshold), "source".
 
 Config keys of format 3 beyond the sizes (checkpoint/config.py writes them, validate.py checks them):
     hidden_act "relu2" | "silu"      the gated MLP's activation
@@ -71,6 +73,9 @@ FORMAT_VERSION = 3
 READABLE_VERSIONS = (2, 3)
 # what a format-2 file implicitly was: BitNet b1.58 2B-4T's architecture
 FORMAT_2_DEFAULTS = {"hidden_act": "relu2", "sub_norms": True, "tie_word_embeddings": True, "rope_scaling": None}
+# meta["diffusion"] of a checkpoint that names none (converted files always hold both; a file without them means these):
+TRAINED_BLOCK_SIZE = 32      # no bd_size: Fast-dLLM v2's training block size
+PLAIN_ATTENTION = "causal"   # no dlm_config.json: an ordinary causal LM
 DATA_ALIGN = 4096
 TENSOR_ALIGN = 64
 CHUNK_BYTES = 16 << 20           # one data checksum per 16 MB

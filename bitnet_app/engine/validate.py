@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from .rope import ROPE_SCALING_KEYS
+
 DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int32": np.int32, "float32": np.float32}
 INT_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
             "head_dim", "vocab_size", "max_position_embeddings")
@@ -67,7 +69,7 @@ def rope_scaling_problem(rs) -> str | None:
         return None
     if not isinstance(rs, dict) or rs.get("rope_type") != "llama3":
         return f"has rope_scaling = {str(rs)[:120]}, which is not the llama3 rule (the only rope scaling supported)"
-    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+    for key in ROPE_SCALING_KEYS:
         v = rs.get(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             return f"has rope_scaling.{key} = {v!r}, which is not a finite positive number"

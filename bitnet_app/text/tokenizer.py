@@ -5,6 +5,11 @@
     tok.decode(ids)                      # "<|begin_of_text|>Hello"
     detok = tok.detokenizer()            # streaming: push ids one at a time, get only finished text
     text = "".join(detok.push(i) for i in ids) + detok.flush()
+
+Checks the converter runs before a tokenizer is stored (checkpoint/config.py turns the error into its own):
+    check_tokenizer_json(text, where, vocab_size)   TokenizerError unless the tokenizers library loads and
+                                                    round-trips it and its ids fit the embedding
+    token_id_in_json(parsed, content) -> id | None  a token's id, read from the parsed tokenizer.json
 """
 import tokenizers
 
@@ -35,6 +40,38 @@ def _token_content(value) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
     return value if isinstance(value, str) else None
+
+
+def check_tokenizer_json(tok_text: str, where: str, vocab_size: int) -> None:
+    """Load tokenizer.json with the `tokenizers` library and round-trip a text through it, so a broken one
+    is refused at conversion rather than cached and failing at every load. Its ids must fit the embedding."""
+    try:
+        tok = tokenizers.Tokenizer.from_str(tok_text)
+        ids = tok.encode("Hello, world! 123", add_special_tokens=True).ids
+        tok.decode(ids)
+        n = max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1   # the highest id, not the count
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the Rust side raises Exception or PanicException (a BaseException)
+        raise TokenizerError(f"{where} cannot be used: the tokenizers library fails on it ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again.") from None
+    if n > vocab_size:
+        raise TokenizerError(f"{where} has token ids up to {n - 1} but the model's embedding has only {vocab_size} "
+                             "rows, so some ids would have no embedding. Use the tokenizer that came with the "
+                             "checkpoint.")
+
+
+def token_id_in_json(tok: dict, content: str) -> int | None:
+    """The id of token `content` in a parsed tokenizer.json: an added token's, else the model vocabulary's."""
+    added = tok.get("added_tokens") or []
+    for t in added if isinstance(added, list) else []:
+        if isinstance(t, dict) and t.get("content") == content and isinstance(t.get("id"), int):
+            return t["id"]
+    model = tok.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict) and isinstance(vocab.get(content), int):
+        return vocab[content]
+    return None
 
 
 class Tokenizer:

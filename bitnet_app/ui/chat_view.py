@@ -101,15 +101,15 @@ def _generate(loaded) -> None:
     model = loaded.model
     record, messages = state.run(), st.session_state.messages  # plain objects: usable after a Stop
     convo = _conversation(model)
-    params = state.decode_params()
-    msg = reply.new_message(params["mode"])
+    params = state.decode_params(model)
+    msg = reply.new_message(params.mode)
     with st.chat_message("assistant"):
         if not loaded.lock.acquire(blocking=False):
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")
             state.finish(record)
             return
         try:
-            kept, dropped = model.trim_history(convo, params["max_new_tokens"])
+            kept, dropped = model.trim_history(convo, params.max_new_tokens)
             if dropped:
                 msg["trimmed"] = dropped
                 msg["trim_notice"] = (f"The conversation is longer than the model's context ({model.context_length} "
@@ -117,9 +117,9 @@ def _generate(loaded) -> None:
                 st.info(msg["trim_notice"], icon=":material/content_cut:")
             messages.append(msg)
             ids = model.chat_ids(kept)
-            view = reply.ReplyView(msg, model, show_picture=params["mode"] == "diffusion",
+            view = reply.ReplyView(msg, model, show_picture=params.mode == "diffusion",
                                    pause_s=reply.SLOW_MOTION_S if st.session_state.slow_motion else 0.0)
-            events = model.generate(ids, **params)
+            events = model.generate(ids, params)
             try:
                 for ev in events:
                     view.apply(ev)  # each redraw hands control back to Streamlit (Stop lands here)

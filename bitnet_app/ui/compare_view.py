@@ -64,10 +64,10 @@ def _run(loaded, second, prompt: str) -> None:
     result = {"prompt": prompt, "ar": reply.new_message("ar"), "diffusion": reply.new_message("diffusion")}
     ss.compare = result
     system_prompt = state.system_prompt(model)
-    params = {mode: state.decode_params(mode) for mode in MODES}
     boxes = _columns()
     views, events = {}, {}
     engines = {"ar": loaded, "diffusion": second}
+    params = {mode: state.decode_params(engines[mode].model, mode) for mode in MODES}
     if not loaded.lock.acquire(blocking=False):
         st.warning("The model is busy with a reply in another tab. Try again when it is done.")
         state.finish(record)
@@ -80,7 +80,7 @@ def _run(loaded, second, prompt: str) -> None:
             with boxes[mode]:
                 with st.chat_message("assistant"):
                     views[mode] = reply.ReplyView(result[mode], engines[mode].model, show_picture=mode == "diffusion")
-            events[mode] = engines[mode].model.generate(ids, **params[mode])
+            events[mode] = engines[mode].model.generate(ids, params[mode])
         active = list(MODES)
         while active:  # one loop, one event from each decoder in turn
             for mode in list(active):

@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 from . import jobs
-from .sources import CUSTOM_LABEL, DEMO_LABEL, demo_available, demo_description
+from .model_choices import CUSTOM_LABEL, DEMO_LABEL, demo_available, demo_description
 
 RETRIED = "retried"  # session-state key: {"label": the model retried, "at": "HH:MM:SS"} after a Retry button
 

@@ -12,7 +12,7 @@ import streamlit as st
 from .. import source as model_source
 from ..units import format_bytes
 from . import jobs
-from .sources import Source, demo_available, demo_source
+from .model_choices import Source, demo_available, demo_source
 
 POLL_S = 0.25
 

@@ -8,10 +8,9 @@ import os
 import streamlit as st
 
 from .. import catalog
-from ..params import KNOBS, MODES
+from ..params import KNOBS, problem, sidebar_knobs
 from ..units import format_bytes
-from . import export, sources, state
-from .stats import MODE_LABELS
+from . import export, model_choices, state
 
 def _clear_chat() -> None:
     st.session_state.messages = []
@@ -54,16 +53,16 @@ def model_picker(busy: bool):
     with st.sidebar:
         st.markdown("## BitNet chat")
         st.caption("1.58-bit language models, on your CPU.")
-        options = sources.choices()
+        options = model_choices.choices()
         if st.session_state.get("model_choice") not in options:
-            state.put("model_choice", sources.default_choice() if sources.default_choice() in options
+            state.put("model_choice", model_choices.default_choice() if model_choices.default_choice() in options
                       else options[0])
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
                              help="A Hugging Face repo (downloaded and converted once), the bundled demo model, "
                                   "or a checkpoint folder on this computer.")
         about = st.empty()  # filled once the model runs: the chosen one, or the demo model standing in for it
         custom = ""
-        if label == sources.CUSTOM_LABEL:
+        if label == model_choices.CUSTOM_LABEL:
             custom = st.text_input("Hub repo id or folder", key="custom_source", disabled=busy,
                                    placeholder="owner/name or /path/to/checkpoint",
                                    help="Any BitNet b1.58 checkpoint: a Hub repo id, or a local folder with "
@@ -72,10 +71,10 @@ def model_picker(busy: bool):
         st.selectbox("CPU threads", list(range(cores + 1)), key="threads", disabled=busy,
                      format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
                      help="Threads for the engine; auto uses every core. Changing it reloads the model.")
-        source = sources.resolve(label, custom)
+        source = model_choices.resolve(label, custom)
         roof = read_roof(_threads())
         if source is not None:
-            about.caption(sources.describe(source, roof))  # until a model runs (describe_running)
+            about.caption(model_choices.describe(source, roof))  # until a model runs (describe_running)
         with st.expander("What each model needs here", icon=":material/speed:"):
             st.markdown(catalog_table(roof))
         return source, about
@@ -85,19 +84,25 @@ def describe_running(about, running, wanted, model) -> None:
     """Under the picker: the model that is actually running (`running`, a Source), and when the demo model
     stands in for the chosen one, which (`wanted`, a Source, else None)."""
     params = _count(int(model.info()["parameters"]))
-    name = "the bundled demo model" if running.label == sources.DEMO_LABEL else f"**{running.label}**"
-    lines = [f"Running {name} · {params} parameters", sources.describe(running, read_roof(_threads()))]
+    name = "the bundled demo model" if running.label == model_choices.DEMO_LABEL else f"**{running.label}**"
+    lines = [f"Running {name} · {params} parameters", model_choices.describe(running, read_roof(_threads()))]
     if wanted is not None:
         lines.insert(1, f"(instead of {wanted.label}, which could not be downloaded)")
     about.caption("  \n".join(lines))
 
 
+# sidebar section (bitnet_app/params.py SECTIONS) -> the expander it is drawn in: title, icon
+EXPANDERS = {"sampling": ("Sampling", ":material/tune:"), "diffusion": ("Block diffusion", ":material/grid_view:")}
+
+
 def settings(model, busy: bool) -> None:
+    """The decode settings: every knob that params.py places on the sidebar, section by section."""
     ss = st.session_state
+    limits = {"max_new_tokens": dict(high=max(1, model.context_length - 1))}  # what only the model knows
     with st.sidebar:
         st.divider()
-        st.radio(KNOBS["mode"].metadata["label"], MODES, key="mode", horizontal=True, disabled=busy,
-                 format_func=MODE_LABELS.get, help=KNOBS["mode"].metadata["help"])
+        for name in sidebar_knobs("top"):
+            _knob(name, busy, **limits.get(name, {}))
         st.toggle("Slow motion", key="slow_motion", disabled=busy,
                   help="Draw chat replies at a pace people can follow (about 25 tokens, or diffusion steps, per "
                        "second): small models write faster than the eye. The speed figures stay the engine's own.")
@@ -105,19 +110,10 @@ def settings(model, busy: bool) -> None:
             st.info("This checkpoint was not trained for block diffusion: it still runs (causal pattern, "
                     "leftmost slot first) but expect about one token per forward and AR speed.",
                     icon=":material/info:")
-        with st.expander("Sampling", expanded=True, icon=":material/tune:"):
-            for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
-                _knob(name, busy)
-            _knob("max_new_tokens", busy, high=max(1, model.context_length - 1))
-            _knob("seed", busy, placeholder="random")
-        with st.expander("Block diffusion", expanded=ss.mode == "diffusion", icon=":material/grid_view:"):
-            _knob("block_size", busy)
-            subs = [s for s in KNOBS["sub_block_size"].metadata["ui"]["options"] if s <= ss.block_size]
-            if ss.sub_block_size not in subs:
-                state.put("sub_block_size", subs[-1])
-            _knob("sub_block_size", busy, options=subs)
-            _knob("threshold", busy)
-            _knob("attention", busy)
+        for section, (title, icon) in EXPANDERS.items():
+            with st.expander(title, expanded=section == "sampling" or ss.mode == section, icon=icon):
+                for name in sidebar_knobs(section):
+                    _knob(name, busy, **limits.get(name, {}))
         if model.completion:
             st.info("This is a base model with no chat template: it runs as **completion**. It continues the "
                     "text you write rather than answering it, so start the text you want it to go on with.",
@@ -131,7 +127,8 @@ def settings(model, busy: bool) -> None:
 
 def _knob(name: str, busy: bool, **ui) -> None:
     """The widget of one decode knob, from its DecodeParams metadata (label, help, range; `ui` overrides
-    the widget hints, e.g. a model-dependent maximum)."""
+    the widget hints, e.g. a model-dependent maximum). A choice that does not go with the other settings
+    (params.problem) is not offered; when it was the current one, the nearest allowed one takes its place."""
     meta = KNOBS[name].metadata
     ui = {**meta["ui"], **ui}
     common = dict(key=name, disabled=busy, help=meta["help"])
@@ -142,7 +139,19 @@ def _knob(name: str, busy: bool, **ui) -> None:
         st.number_input(meta["label"], min_value=meta["low"], max_value=ui.get("high"), step=ui["step"],
                         placeholder=ui.get("placeholder"), **common)
     else:
-        st.selectbox(meta["label"], ui.get("options") or meta["choices"], **common)
+        options = ui.get("options") or meta["choices"]
+        settings = {n: st.session_state.get(n) for n in KNOBS}
+        why_not = {o: problem(name, o, settings) for o in options}
+        allowed = [o for o in options if not why_not[o]]
+        if st.session_state.get(name) in options and st.session_state.get(name) not in allowed and allowed:
+            state.put(name, allowed[-1])
+        labels = ui.get("labels") or {}
+        draw = st.radio if widget == "radio" else st.selectbox
+        draw(meta["label"], allowed, format_func=lambda o: labels.get(o, str(o)), **common,
+             **({"horizontal": True} if widget == "radio" else {}))
+        for o in options:
+            if why_not[o] and isinstance(o, str):
+                st.caption(f"{labels.get(o, o)}: {why_not[o]}")
 
 
 def chat_actions(model, model_label: str, busy: bool) -> None:
@@ -159,7 +168,7 @@ def chat_actions(model, model_label: str, busy: bool) -> None:
                            disabled=busy or not msgs, icon=":material/download:", width="stretch",
                            help="Save the chat as a Markdown file.")
         c2.download_button("JSON", export.to_json(msgs, system_prompt=system_prompt, model=model_label,
-                                                  settings=state.decode_params()),
+                                                  settings=state.decode_params(model).kwargs()),
                            file_name="bitnet-chat.json", mime="application/json", on_click="ignore",
                            disabled=busy or not msgs, icon=":material/data_object:", width="stretch",
                            help="Save the chat with its settings and figures as JSON.")

@@ -1,7 +1,9 @@
 """The figures under every reply: tokens, tok/s, time to first token; forwards and tokens per forward."""
 import html
 
-MODE_LABELS = {"ar": "Autoregressive", "diffusion": "Block diffusion"}
+from ..params import KNOBS
+
+MODE_LABELS = KNOBS["mode"].metadata["ui"]["labels"]  # {"ar": "Autoregressive", "diffusion": "Block diffusion"}
 STOP_LABELS = {"stop": "end of reply", "length": "max new tokens reached", "context": "context full"}
 
 
@@ -21,6 +23,8 @@ def chips(msg: dict) -> list[tuple[str, str]]:
         if msg.get("mode") == "diffusion":
             out.append(("", f"{int(s.get('forwards', 0))} forwards"))
             out.append(("", f"{float(s.get('tokens_per_forward', 0.0)):.2f} tokens/forward"))
+            if s.get("drafted"):  # slots filled above the threshold: the exact rule keeps only AR's
+                out.append(("", f"{100 * float(s.get('kept_share', 0.0)):.0f}% of {int(s['drafted'])} drafts kept"))
     if msg.get("stopped"):
         out.append(("stopped", "stopped by you"))
     elif msg.get("stop_reason"):
