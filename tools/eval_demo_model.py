@@ -74,6 +74,39 @@ def write_prompts(path: str, val_works) -> None:
         f.write("\n")
 
 
+# ---------------------------------------------------------------- the page's suggestions
+# Prompts a presenter might start with, in the trained regions and everyday words. The suggestion file keeps those
+# the model answers exactly right (the oracle's answer) in both modes, greedy, with the checkpoint's own settings.
+SUGGESTION_CANDIDATES = [
+    "Count from 1 to 20.", "Count from 3 to 7.", "Count from 12 to 30.", "Count from 95 to 105.",
+    "Count down from 10 to 1.", "Count down from 25 to 14.", "Count down from 20 to 0.",
+    "Count by 5s from 0 to 50.", "Count by 10s from 0 to 100.", "Count by 2s from 2 to 20.",
+    "Show the 8 times table from 1 to 12.", "Write the 3 times table up to 10.", "Write the 5 times table up to 10.",
+    "Show the 12 times table from 1 to 12.", "Write the letters from A to J.", "Write the letters from C to H.",
+    "Write the alphabet.", "List the days of the week.", "List the months of the year.",
+    "List 5 days starting from Monday.", "Name the next 6 months starting with March.",
+    "Repeat \"the happy cat\" 5 times.", "Say \"the blue boat\" 4 times.", "Say hello 3 times.",
+]
+SUGGESTIONS_SHOWN = 6
+
+
+def write_suggestions(model, path: str, open_prompts: list[str], max_new: int) -> list[dict]:
+    """The candidates the model answers exactly right in AR and in block diffusion -> `path` (the first
+    SUGGESTIONS_SHOWN of them, with one open prompt); returns every candidate's result."""
+    results = []
+    for q in SUGGESTION_CANDIDATES:
+        answer = expected(q)[1]
+        ids = model.chat_ids([{"role": "user", "content": q}])
+        got = {mode: model.decode(model.complete(ids, mode=mode, max_new_tokens=max_new)).strip()
+               for mode in ("ar", "diffusion")}
+        results.append({"prompt": q, "answer": answer, "right": all(g == answer for g in got.values()), **got})
+    chosen = [{"prompt": r["prompt"], "answer": r["answer"]} for r in results if r["right"]][:SUGGESTIONS_SHOWN]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"skills": chosen, "open": open_prompts[:1]}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    return results
+
+
 # ---------------------------------------------------------------- decoding
 def reply(model, ids, **params):
     done = None
@@ -246,6 +279,8 @@ def main():
     p.add_argument("--skills-only", action="store_true", help="only the three skill sets (a quick look mid-training)")
     p.add_argument("--out", help="write every figure and reply as JSON here")
     p.add_argument("--write-prompts", help="write the held-out prompt file here and stop")
+    p.add_argument("--write-suggestions", help="write the page's suggestion file (assets/demo-suggestions.json) "
+                                               "from the prompts the model answers right, and stop")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     _, val_works = D.load_works(D.fetch_sdist(a.work))
@@ -253,6 +288,12 @@ def main():
         write_prompts(a.write_prompts, val_works)
         return
     prompts = json.load(open(a.prompts, encoding="utf-8"))
+    if a.write_suggestions:
+        found = write_suggestions(bitnet_app.load_model(a.model, threads=a.threads), a.write_suggestions,
+                                  prompts["open"], a.max_new)
+        for r in found:
+            print(f"{'right' if r['right'] else 'wrong'}  {r['prompt']}  AR {r['ar'][:60]!r}", flush=True)
+        return
     sets = prompt_sets(a.prompts, a.trained)
     skills = prompts["skills"][:a.limit] if a.limit else prompts["skills"]
     t0 = time.time()
