@@ -100,7 +100,12 @@ def write_suggestions(model, path: str, open_prompts: list[str], max_new: int) -
         got = {mode: model.decode(model.complete(ids, mode=mode, max_new_tokens=max_new)).strip()
                for mode in ("ar", "diffusion")}
         results.append({"prompt": q, "answer": answer, "right": all(g == answer for g in got.values()), **got})
-    chosen = [{"prompt": r["prompt"], "answer": r["answer"]} for r in results if r["right"]][:SUGGESTIONS_SHOWN]
+    right = [r for r in results if r["right"]]
+    firsts = {}  # one prompt of each family first (the page shows a spread), then the rest in order
+    for r in right:
+        firsts.setdefault(expected(r["prompt"])[0], r)
+    ordered = list(firsts.values()) + [r for r in right if r not in firsts.values()]
+    chosen = [{"prompt": r["prompt"], "answer": r["answer"]} for r in ordered[:SUGGESTIONS_SHOWN]]
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"skills": chosen, "open": open_prompts[:1]}, f, indent=1, ensure_ascii=False)
         f.write("\n")
