@@ -27,7 +27,7 @@ from .engine.kernel_paths import BY_NAME as KERNEL_PATHS
 from .engine.runtime import Engine
 from .engine.shapes import parameter_count
 from .machine import process_rss, total_ram
-from .params import KNOBS, DecodeParams
+from .params import KNOBS, DecodeParams, ParameterTypeError
 from .text import chat
 from .text.tokenizer import Tokenizer
 
@@ -192,13 +192,16 @@ class Model:
         """The one checked DecodeParams a reply runs with (the API's edge; the page builds its own here too):
         `params` as given, or the keywords (DecodeParams' names; None means the default), with the knobs left
         None set from this checkpoint (block size, attention and mask id; AR bans only a real mask token).
-        ValueError on a bad value, TypeError on an unknown keyword (naming it and listing the known ones)."""
+        ValueError on a bad value; params.ParameterTypeError (a TypeError and a ValueError) on an unknown keyword
+        (naming it and listing the known ones) or settings given both ways."""
         if params is None:
             params = DecodeParams.from_kwargs(**keywords)
         elif keywords:
-            raise TypeError(f"give a DecodeParams or keywords, not both (got also {', '.join(sorted(keywords))})")
+            raise ParameterTypeError("give a DecodeParams or keywords, not both (got also "
+                                     f"{', '.join(sorted(keywords))})")
         elif not isinstance(params, DecodeParams):
-            raise TypeError(f"decode parameters must be a DecodeParams (bitnet_app.params), not {type(params).__name__}")
+            raise ParameterTypeError("decode parameters must be a DecodeParams (bitnet_app.params), not "
+                                     f"{type(params).__name__}")
         checkpoint = self.diffusion_defaults if params.mode == "diffusion" else {"mask_id": self.mask_id}
         return params.resolve(checkpoint, vocab_size=self.vocab_size)
 

@@ -10,7 +10,9 @@ through Model.generate into the decoders. block_size, attention and mask_id defa
 own values (its dlm_config.json, or what its conversion recorded), which `resolve` fills in, once, where the
 object is built. Values are checked strictly: NaN and infinity, True/False where a number is meant, a fraction
 for a whole-number knob, a value out of range and a value that does not go with another knob (CONSTRAINTS) are
-refused, never silently replaced.
+refused, never silently replaced. Every whole-number knob has an upper bound too (C_INT_MAX: what a C int holds,
+where the value reaches the engine's C code; MAX_REPLY: no context is longer), so no value reaches C to overflow
+there: the message names the keyword, as the caller wrote it.
 
 A knob's `ui` metadata places it on the page's sidebar (section, widget and its hints) and the CLI's `generate`
 has one flag per knob, so a new knob is declared here and read by its decoder, nowhere else.
@@ -26,18 +28,27 @@ ATTENTIONS = ("block", "causal")
 FILL_RULES = ("exact", "threshold")
 RULE_OF_ATTENTION = {"causal": "exact", "block": "threshold"}  # fill_rule when none is given (see resolve)
 SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (ui["section"]), in this order
+C_INT_MAX = 2**31 - 1      # top_k and mask_id reach the engine's C code as a C int (and int32 arrays)
+MAX_REPLY = 1 << 20        # max_new_tokens, block sizes: engine/validate.py MAX_CONTEXT, the longest context a file has
+LIMITS = {C_INT_MAX: "the largest the engine's C code takes", MAX_REPLY: "the longest context an engine file can have"}
 
 
-def knob(default, help: str, *, kind: type, low=None, high=None, low_open: bool = False, choices=(),
+class ParameterTypeError(TypeError, ValueError):
+    """A keyword that is no decode parameter, or settings of the wrong type: a TypeError as Python has it, and a
+    ValueError, so that every edge (the CLI's one-line errors, the page) treats it as the bad input it is."""
+
+
+def knob(default, help: str, *, kind: type, low=None, high=None, low_open: bool = False, limit=None, choices=(),
          optional: bool = False, diffusion: bool = False, label: str = "", ui: dict | None = None):
     """A DecodeParams field and its metadata.
 
-    kind: int, float, bool or str; [low, high] the allowed range (low excluded when low_open);
+    kind: int, float, bool or str; [low, high] the allowed range (low excluded when low_open); limit: for a whole
+    number, the largest value the code below can take (LIMITS says why), refused in words of its own;
     choices: the allowed strings; optional: None is allowed (it means the checkpoint's or a fresh value);
     diffusion: only block diffusion reads it; label and ui are for the page's sidebar: ui["section"] (one of
     SECTIONS; no section: not on the sidebar), ui["widget"] ("radio", "slider", "number" or "select") and its
     hints (slider/number ranges and steps, select options, choice labels, a placeholder)."""
-    meta = dict(help=help, kind=kind, low=low, high=high, low_open=low_open, choices=tuple(choices),
+    meta = dict(help=help, kind=kind, low=low, high=high, low_open=low_open, limit=limit, choices=tuple(choices),
                 optional=optional, diffusion=diffusion, label=label, ui=ui or {})
     return field(default=default, metadata=meta)
 
@@ -55,23 +66,25 @@ class DecodeParams:
                         "in (0, 1]; 1 turns it off.", kind=float, low=0.0, low_open=True, high=1.0,
                         label="Top-p", ui=dict(section="sampling", widget="slider", low=0.05, high=1.0, step=0.05))
     top_k: int = knob(0, "Sample only from the k likeliest tokens; 0 turns the limit off.", kind=int, low=0,
-                      label="Top-k", ui=dict(section="sampling", widget="slider", low=0, high=200, step=1))
+                      limit=C_INT_MAX, label="Top-k",
+                      ui=dict(section="sampling", widget="slider", low=0, high=200, step=1))
     repetition_penalty: float = knob(1.0, "Above 1 makes tokens that already appeared less likely, against "
                                      "loops; 1 turns it off.", kind=float, low=0.0, low_open=True,
                                      label="Repetition penalty",
                                      ui=dict(section="sampling", widget="slider", low=1.0, high=2.0, step=0.05))
-    max_new_tokens: int = knob(256, "The longest reply, in tokens.", kind=int, low=1, label="Max new tokens",
+    max_new_tokens: int = knob(256, "The longest reply, in tokens.", kind=int, low=1, limit=MAX_REPLY,
+                               label="Max new tokens",
                                ui=dict(section="sampling", widget="number", step=16))
     seed: int | None = knob(None, "The same seed and settings give the same reply; without one, each reply "
                             "draws afresh.", kind=int, low=0, optional=True, label="Seed",
                             ui=dict(section="sampling", widget="number", high=2**31 - 1, step=1,
                                     placeholder="random"))
     block_size: int | None = knob(None, "Tokens per block; must match the block size the model was trained "
-                                  "with.", kind=int, low=1, optional=True,
+                                  "with.", kind=int, low=1, limit=MAX_REPLY, optional=True,
                                   diffusion=True, label="Block size",
                                   ui=dict(section="diffusion", widget="select", options=(4, 8, 16, 32, 64)))
     sub_block_size: int = knob(8, "Slots decided together, left to right inside a block; must divide the "
-                               "block size.", kind=int, low=1, diffusion=True, label="Sub-block size",
+                               "block size.", kind=int, low=1, limit=MAX_REPLY, diffusion=True, label="Sub-block size",
                                ui=dict(section="diffusion", widget="select", options=(1, 2, 4, 8, 16, 32, 64)))
     threshold: float = knob(0.9, "Fill every slot whose prediction is more than this sure, in (0, 1]; 1.0 "
                             "fills one per forward.", kind=float, low=0.0, low_open=True, high=1.0,
@@ -89,8 +102,8 @@ class DecodeParams:
                                  ui=dict(section="diffusion", widget="select",
                                          labels={"exact": "Exact (AR's reply)", "threshold": "Threshold (Fast-dLLM v2)"}))
     mask_id: int | None = knob(None, "The id of the mask token that marks undecided slots (a spare id when "
-                               "the checkpoint has none).", kind=int, low=0, optional=True, diffusion=True,
-                               label="Mask id")
+                               "the checkpoint has none).", kind=int, low=0, limit=C_INT_MAX, optional=True,
+                               diffusion=True, label="Mask id")
     dual_cache: bool = knob(False, "Block attention: re-run only the sub-block after its first step (faster, "
                             "approximate). Causal attention always does (exact).", kind=bool, diffusion=True,
                             label="Dual cache")
@@ -109,7 +122,7 @@ class DecodeParams:
         TypeError that names it and lists the known ones."""
         unknown = set(kwargs) - set(KNOBS)
         if unknown:
-            raise TypeError(f"unknown decode parameter(s): {', '.join(sorted(unknown))}; "
+            raise ParameterTypeError(f"unknown decode parameter(s): {', '.join(sorted(unknown))}; "
                             f"known: {', '.join(KNOBS)}")
         return cls(**{k: v for k, v in kwargs.items() if v is not None})
 
@@ -187,7 +200,7 @@ def _checked(name: str, value, meta):
     kind, optional = meta["kind"], meta["optional"]
     if value is None and optional:
         return None
-    want = describe(meta)
+    want, given = describe(meta), value
     if kind is bool:
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{name} must be True or False, not {value!r}")
@@ -206,7 +219,9 @@ def _checked(name: str, value, meta):
         value = int(value)
     else:
         value = float(value)
-    low, high = meta["low"], meta["high"]
+    low, high, limit = meta["low"], meta["high"], meta["limit"]
+    if limit is not None and value > limit:
+        raise ValueError(f"{name} must be at most {limit} ({LIMITS[limit]}), not {given!r}")
     if (low is not None and (value < low or (meta["low_open"] and value == low))) or \
             (high is not None and value > high):
         raise ValueError(f"{name} must be {want}, not {value!r}")

@@ -196,6 +196,32 @@ def test_a_message_longer_than_the_context_is_explained(env):
     assert at.chat_input(key="chat_prompt")  # the chat goes on
 
 
+def test_a_damaged_model_stops_the_reply_keeps_its_text_and_says_so(env):
+    """Non-finite logits stop a reply with an error naming the model file (engine/runtime.py); the page keeps the
+    text written before it and says so (issue 33)."""
+    from bitnet_app.engine.runtime import Engine
+    from bitnet_app.engine.validate import NonFiniteLogits
+
+    at = _app()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(16).run()
+    real, calls = Engine.forward, []
+
+    def damaged_after_three_tokens(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 4:   # the prefill and three tokens went well
+            raise NonFiniteLogits(f"{self.file.path} is damaged: the engine computed logits that are not finite numbers")
+        return real(self, *args, **kwargs)
+
+    env.setattr(Engine, "forward", damaged_after_three_tokens)
+    msg = _chat(at, "Hello")
+    assert msg["content"] and not msg["done"] and not msg["stopped"]
+    assert "is damaged" in msg["error"] and "The text it wrote before that is kept below" in msg["error"]
+    assert any("is damaged" in e.value for e in at.error)
+    assert msg["content"].strip() in _all_markdown(at)
+    assert at.chat_input(key="chat_prompt")  # the chat goes on
+
+
 def test_compare_view_runs_both_modes(env):
     at = _app()
     at.sidebar.slider(key="temperature").set_value(0.0).run()

@@ -75,6 +75,9 @@ def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
     assert suggestions.for_folder(str(model)) == [("Spell cat.", "skill")]  # inside the folder wins
     (model / "demo-prompts.json").write_text("{not json")
     assert suggestions.for_folder(str(model)) == suggestions.GENERAL
+    checked = {"skills": [{"prompt": "Count from 3 to 7.", "answer": "3, 4, 5, 6, 7"}], "open": ["ROMEO."]}
+    (tmp_path / "assets" / "demo-suggestions.json").write_text(json.dumps(checked))
+    assert suggestions.for_folder(str(model)) == [("Count from 3 to 7.", "skill"), ("ROMEO.", "open")]  # it wins
     assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
     assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
 

@@ -20,8 +20,8 @@ from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE
 from ..engine.rope import ROPE_SCALING_KEYS
 from ..engine.shapes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
 from ..engine.validate import ACTIVATIONS, config_problem
-from .families import FAMILIES, Family, family_of
-from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, read_text
+from .families import FAMILIES, Family, architectures_of, family_of
+from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, check_inside, read_text
 
 MASK_TOKEN = "|<MASK>|"          # the mask token of BitNet DLM checkpoints (tokenizer resized to 128257 rows)
 
@@ -99,7 +99,7 @@ def not_bitnet_reason(raw: dict, where: str) -> str | None:
     message saying what it is and what to do. Used before any weights are downloaded."""
     if family_of(raw) is not None:
         return None
-    archs = [str(a) for a in raw.get("architectures") or []]
+    archs = architectures_of(raw)
     qc = raw.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
     what = f"a {raw.get('model_type')!r} model ({', '.join(archs) or 'no architectures listed'})"
@@ -120,6 +120,10 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     """config.json -> (engine config, raw). Accepts the flat `rope_theta` of the real checkpoints and the
     `rope_parameters` dict newer transformers writes."""
     raw = read_json(folder, "config.json", required=True)
+    archs = raw.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ConvertError(f"config.json in {folder} has architectures = {str(archs)[:80]}; it must be a list of class "
+                           'names such as ["BitNetForCausalLM"]. Fix config.json or download the checkpoint again.')
     reason = not_bitnet_reason(raw, folder)
     if reason:
         raise NotBitNet(reason)
@@ -231,7 +235,8 @@ def _rope_scaling(raw: dict, fam: Family) -> dict | None:
 
 def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
     """quantization_config -> (quant_method, linear_class, quantization_mode); None where a key is absent."""
-    qc = raw.get("quantization_config") or {}
+    qc = raw.get("quantization_config")
+    qc = {} if qc is None else qc   # absent; [], "" or 0 are as wrong as "x"
     if not isinstance(qc, dict):
         raise ConvertError(f"config.json has quantization_config = {qc!r}, not an object. Fix config.json.")
     method, lc, mode = qc.get("quant_method"), qc.get("linear_class"), qc.get("quantization_mode")
@@ -254,8 +259,9 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     mask_id, diffusion. prompt_format: "chat", or for a checkpoint without a chat template its family's
     prompt_without_template (families.py: "chat" with the BitNet template, or "completion": a base model)."""
     # imported here: `tokenizers` and jinja2 load only when a checkpoint is converted
-    from ..text.chat import ChatTemplateError, check_template_syntax
-    from ..text.tokenizer import TokenizerError, check_tokenizer_json, token_id_in_json
+    from ..text.chat import BITNET_CHAT_TEMPLATE, ChatTemplateError, check_template_syntax
+    from ..text.tokenizer import TokenizerError
+    from ..text.tokenizer_checks import check_tokenizer, token_id_in_json
 
     tok_path = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(tok_path):
@@ -274,10 +280,6 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     gc = read_json(folder, "generation_config.json") or {}
     dlm = read_json(folder, "dlm_config.json")
     V = config["vocab_size"]
-    try:
-        check_tokenizer_json(tok_text, tok_path, V)
-    except TokenizerError as exc:
-        raise ConvertError(str(exc)) from None
 
     stops = gc.get("eos_token_id", config.get("eos_token_id"))
     stop_ids = _ids(stops, "eos_token_id", "generation_config.json / config.json")
@@ -308,18 +310,39 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     except ChatTemplateError as exc:
         raise ConvertError(str(exc)) from None
     fam = family_of(raw or {})
+    prompt_format = fam.prompt_without_template if template is None and fam is not None else "chat"
+    named = {"bos_token_id": bos, "the mask token id": mask_id,
+             **{f"stop id {i} (eos_token_id)": i for i in stop_ids + _ids(config.get("eos_token_id"), "", "")}}
+    texts = {f"tokenizer_config.json's {k}": _token_text(tc.get(k)) for k in ("bos_token", "eos_token")}
+    bos_text = texts["tokenizer_config.json's bos_token"]
+    if bos is not None and bos_text is not None and token_id_in_json(tok, bos_text) not in (None, bos):
+        raise ConvertError(f"config.json's bos_token_id is {bos}, but tokenizer_config.json's bos_token {bos_text!r} is "
+                           f"token {token_id_in_json(tok, bos_text)} of {tok_path}: they do not agree. Use the "
+                           "checkpoint's original files (download it again).")
+    try:   # the tokenizer agrees with the ids above and with the template the model will render
+        check_tokenizer(tok_text, tok_path, V, {k: v for k, v in named.items() if v is not None},
+                        template if template is not None or prompt_format != "chat" else BITNET_CHAT_TEMPLATE,
+                        {k: v for k, v in texts.items() if v is not None})
+    except TokenizerError as exc:
+        raise ConvertError(str(exc)) from None
     return {
         "tokenizer_json": tok_text,
         "tokenizer_config": tc,
         "generation_config": gc,
         "chat_template": template,
-        "prompt_format": fam.prompt_without_template if template is None and fam is not None else "chat",
+        "prompt_format": prompt_format,
         "stop_ids": stop_ids,
         "bos_id": None if bos is None else int(bos),
         "mask_id": None if mask_id is None else int(mask_id),
         "diffusion": {"block_size": int(block), "attention": _dlm_attention(dlm),
                       "trained": dlm is not None or mask_id is not None, **_dlm_decoding(dlm, int(block))},
     }
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}; None for anything else."""
+    value = value.get("content") if isinstance(value, dict) else value
+    return value if isinstance(value, str) else None
 
 
 def _dlm_decoding(dlm, block: int) -> dict:
@@ -357,13 +380,19 @@ def _chat_template(folder: str, tc: dict):
                                "checkpoint's original tokenizer_config.json.")
         return t
     jinja = os.path.join(folder, "chat_template.jinja")
-    if os.path.exists(jinja):
+    if os.path.lexists(jinja):
         try:
+            check_inside(jinja, folder)
             return read_text(jinja, TEMPLATE_LIMIT)
         except CheckpointFileError as exc:
             raise ConvertError(str(exc)) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConvertError(f"{jinja} cannot be read ({exc}). Download the checkpoint again.") from None
+    if os.path.lexists(os.path.join(folder, "chat_template.json")):
+        try:
+            check_inside(os.path.join(folder, "chat_template.json"), folder)
+        except CheckpointFileError as exc:
+            raise ConvertError(str(exc)) from None
     js = read_json(folder, "chat_template.json")
     if isinstance(js, dict) and isinstance(js.get("chat_template"), str):
         return js["chat_template"]

@@ -34,6 +34,7 @@ from ..engine.file import write_engine_file
 from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
 from .families import SUB_NORM_NAMINGS, family_of
+from .weight_range import check_weights
 from .safetensors_reader import Checkpoint, SafetensorsError
 
 FLOAT_TAGS = ("BF16", "F16", "F32")
@@ -171,6 +172,7 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
                                f"checkpoint again.")
         return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
+    check_weights(name, w, ck.folder)
     if folded:
         nz = np.abs(w[w != 0])
         if nz.size and nz.min() == nz.max():
@@ -180,6 +182,13 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
     s = np.float32(1.0) / max(mean, np.float32(1e-5))
     t = np.clip(np.rint(w * s), -1, 1).astype(np.int8)
     return t, np.float32(1.0) / s
+
+
+def _finite_f32(ck: Checkpoint, name: str) -> np.ndarray:
+    """A (small) float tensor as float32, once every value is seen to be finite."""
+    arr = ck.get_f32(name)
+    check_weights(name, arr, ck.folder)
+    return arr
 
 
 def _fuse(parts: list[tuple[np.ndarray, np.float32]]) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +228,8 @@ def _read_embed(ck: Checkpoint, V: int, D: int, name: str = "model.embed_tokens.
     """A (V, D) float tensor (the embedding, or lm_head.weight) as bf16 bits: a view of the mmap when stored
     as BF16, else rounded."""
     src = ck.get(name)
+    for r in range(0, V, HEAD_CHUNK):   # in row chunks: 2B-4T's embedding is 656 MB
+        check_weights(name, src[r:r + HEAD_CHUNK], ck.folder, first_row=r)
     if ck.dtype(name) == "BF16":
         return src
     embed = np.empty((V, D), dtype=np.uint16)
@@ -291,11 +302,11 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
         if not cfg["tie_word_embeddings"]:
             tensors["lm_head"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"], "lm_head.weight")
         head = build_int8_head(tensors.get("lm_head", tensors["embed"]), lambda f, m: report(0.1 * f, m))
-        tensors["norm"] = ck.get_f32("model.norm.weight")
+        tensors["norm"] = _finite_f32(ck, "model.norm.weight")
         for i in range(L):
             p, o = f"model.layers.{i}.", f"layers.{i}."
             for hf, (eng, _) in _norm_shapes(cfg, naming).items():
-                tensors[o + eng] = ck.get_f32(p + hf + ".weight")
+                tensors[o + eng] = _finite_f32(ck, p + hf + ".weight")
             tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode, folded) for proj in projs}
             for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
                                ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
@@ -307,6 +318,9 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     except SafetensorsError as exc:
         raise ConvertError(str(exc)) from exc
 
+    for name, arr in tensors.items():   # what is written: a scale 1/s of a tiny weight_scale can still be inf
+        if arr.dtype == np.float32:
+            check_weights(name, arr, "the converted engine file")
     embed_dtype = ck.dtype("model.embed_tokens.weight")
     meta = dict(text)
     meta["config"] = cfg

@@ -45,7 +45,7 @@ class Family:
 
     def recognises(self, raw: dict) -> bool:
         """Whether config.json (raw) names this family."""
-        archs = [str(a) for a in raw.get("architectures") or []]
+        archs = architectures_of(raw)
         named = any(a in archs for a in self.architectures) or \
             str(raw.get("model_type", "")).lower() in self.model_types
         if not named or self.quant_method is None:
@@ -84,6 +84,12 @@ LLAMA = Family(
 # 1bitllm before llama: its model_type is "llama" too
 FAMILIES = {f.name: f for f in (BITNET, ONEBITLLM, LLAMA)}
 SUB_NORM_NAMINGS = {f.name: f.sub_norms for f in FAMILIES.values() if f.sub_norms is not None}
+
+
+def architectures_of(raw: dict) -> list[str]:
+    """config.json's `architectures` list (its names only; a value of another kind names none: config.py refuses it)."""
+    archs = raw.get("architectures")
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
 
 def family_of(raw: dict) -> Family | None:

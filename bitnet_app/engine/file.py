@@ -53,7 +53,10 @@ overlapping), the config values and the text metadata. The data's chunk sums are
 data is small (<= FULL_VERIFY_BYTES, e.g. the demo model: a few ms); a large file verifies its first and
 last chunks and two random ones at each open (a zero-filled or torn tail is always found; a flipped bit
 elsewhere with a chance per open), because summing all 1.5 GB of the 2B-4T file costs about a second.
-EngineFile(path, verify="full") checks every chunk.
+EngineFile(path, verify="full") checks every chunk. A file whose checksums were recomputed after an edit passes
+them, so the values are checked too (engine/values.py): the tensor set matches the config exactly, the small
+tensors (norms, scales, the head's row sums) are checked whole at every open, and the ternary codes of every chunk
+verified hold no unused code 3.
 """
 import hashlib
 import json
@@ -67,6 +70,7 @@ import time
 import numpy as np
 
 from .validate import DTYPES, EngineFileError, check_meta, check_table
+from .values import check_small_tensors, check_tensor_set, ternary_code_problem
 
 MAGIC = b"BITNETAP"
 FORMAT_VERSION = 3
@@ -272,12 +276,14 @@ class EngineFile:
         where = f"{path}"
         layout = check_table(self.meta, size, _HEADER.size, where, TENSOR_ALIGN, DATA_ALIGN)
         check_meta(self.meta, where)
+        check_tensor_set(self.meta["tensors"], self.config, where)
         self._mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
         self._verify_data(layout, verify)
         self.tensors = {}
         for name, e in self.meta["tensors"].items():
             raw = self._mm[e["offset"]:e["offset"] + e["nbytes"]]
             self.tensors[name] = raw.view(DTYPES[e["dtype"]]).reshape(e["shape"])
+        check_small_tensors(self.tensors, self.config, where)
 
     def _verify_data(self, layout: dict, verify: str) -> None:
         start, end, sums = layout["data_start"], layout["file_bytes"], layout["chunk_sums"]
@@ -287,12 +293,26 @@ class EngineFile:
         else:
             rng = np.random.default_rng()
             chunks = sorted({0, n - 1, *(int(c) for c in rng.integers(0, n, SAMPLED_CHUNKS))})
+        codes = [(e["offset"], e["offset"] + e["nbytes"], name) for name, e in self.meta["tensors"].items()
+                 if name.endswith(".codes")]
         for c in chunks:
             b = start + c * CHUNK_BYTES
             got = int(_words(self._mm[b:min(end, b + CHUNK_BYTES)]).sum(dtype=np.uint64))
             if got != sums[c]:
                 raise EngineFileError(f"{self.path} is damaged: the data between bytes {b} and "
                                       f"{min(end, b + CHUNK_BYTES)} does not match its checksum. Convert the "
+                                      "checkpoint again.")
+            self._verify_codes(codes, b, min(end, b + CHUNK_BYTES))
+
+    def _verify_codes(self, codes, b: int, e: int) -> None:
+        """The ternary codes inside bytes [b, e) hold no unused code 3 (one the checksum vouches for when the
+        checksums were recomputed after an edit): checked on every chunk _verify_data sums."""
+        for lo, hi, name in codes:
+            lo, hi = max(lo, b), min(hi, e)
+            bad = ternary_code_problem(self._mm[lo:hi]) if lo < hi else None
+            if bad is not None:
+                raise EngineFileError(f"{self.path} is damaged: tensor {name!r} holds the unused ternary code 3 (its "
+                                      f"byte {lo + bad - self.meta['tensors'][name]['offset']}). Convert the "
                                       "checkpoint again.")
 
     @property

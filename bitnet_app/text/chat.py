@@ -20,7 +20,7 @@ import re
 import jinja2
 
 from .sandbox import LimitedEnvironment, render_limited
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, check_text
 
 RENDER_SECONDS = 2.0           # a real template renders in milliseconds
 MAX_RENDER_CHARS = 1 << 16     # template text beyond 4x what the messages bring (real ones add ~100 B a turn)
@@ -89,6 +89,7 @@ def check_messages(messages) -> list[dict]:
             raise ValueError(f"message {i} has role {m['role']!r}; expected one of {', '.join(ROLES)}")
         if not isinstance(m["content"], str):
             raise ValueError(f"message {i} content must be a string")
+        check_text(m["content"], f"message {i} ({m['role']})")
         out.append({"role": m["role"], "content": m["content"]})
     return out
 

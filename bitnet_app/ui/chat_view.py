@@ -140,7 +140,7 @@ def _generate(loaded) -> None:
             msg["error"] = (f"This message is too long for the model ({exc.prompt_tokens} tokens, the context "
                             f"holds {exc.context}). Shorten it, lower “max new tokens”, or clear the chat.")
         except Exception as exc:  # noqa: BLE001 - shown in the chat, the app keeps running
-            msg["error"] = f"The reply failed: {exc}"
+            msg["error"] = reply.failure_text("The reply", exc, partial=bool(msg["content"]))
         finally:  # also after Stop: no session-state access here, only the objects fetched above
             if not msg["done"]:
                 msg["stopped"] = not msg.get("error")  # an interrupted reply is kept, marked stopped

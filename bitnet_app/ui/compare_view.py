@@ -148,7 +148,8 @@ def _run(loaded, second, prompt: str) -> None:
         _stream(views, events, works, pacer)
         _time_again(result, engines, ids, params, views)
     except Exception as exc:  # noqa: BLE001
-        result["error"] = f"The compare run failed: {exc}"
+        result["error"] = reply.failure_text("The compare run", exc,
+                                             partial=any(result[mode]["content"] for mode in MODES))
     finally:
         for mode in MODES:
             if mode in events:

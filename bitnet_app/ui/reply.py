@@ -185,6 +185,13 @@ class ReplyView:
         return True
 
 
+def failure_text(what: str, exc: Exception, partial: bool) -> str:
+    """The line a failed reply shows above its text (draw_stored): what failed and why (a damaged model file says so
+    in its own words, engine/runtime.py), and, when tokens came before the failure, that they are kept."""
+    kept = " The text it wrote before that is kept below." if partial else ""
+    return f"{what} failed: {exc}{kept}"
+
+
 def markdown_text(text: str) -> str:
     """Chat text as Markdown that keeps its line breaks: outside fenced code blocks a single newline becomes a hard
     break ("  \n"), so verse, lists of numbers and tables show line by line (Markdown would join such lines)."""
