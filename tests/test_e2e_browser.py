@@ -350,6 +350,7 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         if demo["skills"]:
             most = max(r[4] for r in page.evaluate("() => window.pictureLog"))
             assert most >= 3, f"at most {most} slots filled in one step on a skill prompt"
+        expect(messages(page).last.locator('[data-testid="stExpander"]')).to_be_visible(timeout=30_000)  # stored
         finished = messages(page).last.locator(".bp-final")
         expect(finished).to_be_visible()  # after the reply, without a click
         assert finished.locator(".tok").count() >= 3 and "Block diffusion writes" in finished.inner_text()
