@@ -146,11 +146,17 @@ def shakespeare_exchange(works: list[list[str]], rng: random.Random) -> tuple[st
 
 
 # ---------------------------------------------------------------- windows
+SHORT_ITEMS = 6  # a short skill answer (--short-share): at most this many numbers, lines or letters
+
+
 class ChatWindows:
     """Random training (or held-out) windows of L tokens: BOS + exchanges; each with target / maskable flags."""
 
-    def __init__(self, tok, works: dict[str, str], L: int, held_out: bool, shakespeare_share: float = SHAKESPEARE_SHARE):
+    def __init__(self, tok, works: dict[str, str], L: int, held_out: bool, shakespeare_share: float = SHAKESPEARE_SHARE,
+                 family_weights: dict[str, float] | None = None, short_share: float = 0.0):
         self.tok, self.L, self.held_out, self.shakespeare_share = tok, L, held_out, shakespeare_share
+        self.family_weights = family_weights  # None: the families' own weights
+        self.short_share = short_share  # share of skill answers drawn with at most SHORT_ITEMS items
         self.works = [p for p in paragraphs(works) if len(p) > 10]
 
     def encode(self, text: str) -> list[int]:
@@ -167,7 +173,9 @@ class ChatWindows:
             q, a = shakespeare_exchange(self.works, rng)
             user = self.turn("user", q, True, False)
         else:
-            q, a = S.make_item(rng, S.pick_family(rng), held_out=self.held_out)
+            short = self.short_share and rng.random() < self.short_share
+            q, a = S.make_item(rng, S.pick_family(rng, self.family_weights), held_out=self.held_out,
+                               max_items=SHORT_ITEMS if short else None)
             user = self.turn("user", q, False, False)
         reply = self.turn("assistant", a, True, True)
         return [u + r for u, r in zip(user, reply)]

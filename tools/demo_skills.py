@@ -282,9 +282,12 @@ def _handwritten_keys() -> frozenset:
 KEPT_OUT = _handwritten_keys()
 
 
-def pick_family(rng: random.Random) -> str:
+def pick_family(rng: random.Random, weights: dict[str, float] | None = None) -> str:
+    """A family name, drawn by the families' own weights, or by `weights` where it names a family (training
+    phases that drill the families the model gets wrong)."""
     names = list(FAMILIES)
-    return rng.choices(names, weights=[FAMILIES[n].weight for n in names])[0]
+    weights = weights or {}
+    return rng.choices(names, weights=[weights.get(n, FAMILIES[n].weight) for n in names])[0]
 
 
 def draw_params(rng: random.Random, family: str, held_out: bool = False):
@@ -296,14 +299,24 @@ def draw_params(rng: random.Random, family: str, held_out: bool = False):
             return p
 
 
-def make_item(rng: random.Random, family: str, held_out: bool = False) -> tuple[str, str]:
-    """(question, answer) of `family`, never a hand-written eval prompt."""
+def answer_items(answer: str) -> int:
+    """How many items a reply lists (numbers, lines, letters, words): where a range has to end."""
+    return len(re.split(r", |\n", answer))
+
+
+def make_item(rng: random.Random, family: str, held_out: bool = False,
+              max_items: int | None = None) -> tuple[str, str]:
+    """(question, answer) of `family`, never a hand-written eval prompt; with max_items, only answers of at most
+    that many items (a training drill of where ranges end: a short answer puts a stop decision every few tokens)."""
     fam = FAMILIES[family]
     while True:
         p = draw_params(rng, family, held_out)
+        answer = fam.answer(p)
+        if max_items is not None and answer_items(answer) > max_items:
+            continue
         q = fam.ask(rng, p)
         if normalise(q) not in KEPT_OUT:
-            return q, fam.answer(p)
+            return q, answer
 
 
 def held_out_prompts(seed: int, per_family: int, held_out: bool = True) -> list[dict]:

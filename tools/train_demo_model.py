@@ -108,6 +108,16 @@ def parse_args(argv=None):
                         "dlm_config.json")
     p.add_argument("--shakespeare-share", type=float, default=C.SHAKESPEARE_SHARE,
                    help="share of the training exchanges that are Shakespeare (0.1: ~25%% of the tokens)")
+    p.add_argument("--family-weights", default="",
+                   help="skill families drawn more (or less) often than their own weights, e.g. "
+                        "'count_up=28,count_down=22': a phase that drills what the model gets wrong")
+    p.add_argument("--short-share", type=float, default=0.0,
+                   help="share of skill answers drawn with at most 6 items (numbers, lines, letters): a drill of "
+                        "where a range ends, with a stop decision every few tokens")
+    p.add_argument("--ar-steps", type=int, default=0,
+                   help="after each step of the full objective, this many next-token-only steps (one clean forward, "
+                        "about a third of the cost): more of the AR data that decides what the exact fill rule "
+                        "returns, per CPU second")
     p.add_argument("--bf16", action="store_true",
                    help="run the forward and loss under torch.autocast(bfloat16): ~1.3-2x faster on CPUs with "
                         "AMX-BF16 or AVX512-BF16 (the weights, optimiser and quantizer scales stay float32)")
@@ -207,6 +217,14 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
     return diff, ar
 
 
+def next_token_loss(model: BitNet, x, target, maskable, stop_weight: float = 1.0) -> torch.Tensor:
+    """x (n, L) ids -> the AR term of `losses` alone, from one plain causal forward over x (no noisy views)."""
+    n, L = x.shape
+    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)
+    h = model.hidden(x, torch.arange(L), "causal")
+    return weighted_ce(model.logits(h[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]], w[:, 1:][target[:, 1:]])
+
+
 @torch.no_grad()
 def evaluate(model: BitNet, val: list, causal: bool = False) -> tuple[float, float]:
     """val: fixed batches (x, target, maskable, ma, mb) -> mean (diffusion, AR) CE."""
@@ -273,7 +291,9 @@ def prepare(a, tok=None):
     elif tok is None:
         tok = C.train_tokenizer(C.tokenizer_texts(train_txt, a.seed), a.vocab)
         tok.save(tok_path)
-    train = C.ChatWindows(tok, train_txt, a.seq, held_out=False, shakespeare_share=a.shakespeare_share)
+    weights = {k: float(v) for k, v in (kv.split("=") for kv in a.family_weights.split(",") if kv)}
+    train = C.ChatWindows(tok, train_txt, a.seq, held_out=False, shakespeare_share=a.shakespeare_share,
+                          family_weights=weights, short_share=a.short_share)
     return tok, train, C.ChatWindows(tok, val_txt, a.seq, held_out=True)  # validation: the default mix, always
 
 
@@ -339,13 +359,20 @@ def main(argv=None):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, a)
             x, tgt, msk = trw.batch(rng, a.batch)
+            if a.ar_steps and step % (a.ar_steps + 1):  # a next-token-only step
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                    ar = next_token_loss(model, x, tgt, msk, a.stop_weight)
+                diff = torch.zeros(())
+            else:
+                diff = ar = None
             after = after_reply(msk, cfg.block_size)
             pad = after if a.pad_after_reply else None
             hide = after if a.hide_after_reply else None
             ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-                diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
-                                  a.consistency_weight, a.attention == "causal")
+            if ar is None:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                    diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
+                                      a.consistency_weight, a.attention == "causal")
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
