@@ -56,3 +56,17 @@ def test_next_token_step_is_the_full_objectives_ar_term():
         _, ar = T.losses(model, x, target, maskable, ma, mb, stop_weight=8.0, causal=True)
         alone = T.next_token_loss(model, x, target, maskable, stop_weight=8.0)
     assert float(alone) == pytest.approx(float(ar), rel=1e-6)
+
+
+def test_decision_weights_fall_on_separators_after_digits_in_replies():
+    torch = require_reference()
+    from tools import train_demo_model as T
+
+    seps, digits = torch.tensor([18, 205]), torch.arange(22, 32)
+    #             '3'  ','  ' '  '4'  EOT  ','  'a'  ','
+    x = torch.tensor([[25, 18, 227, 26, 2, 18, 40, 18]])
+    maskable = torch.tensor([[True] * 5 + [False, True, True]])
+    w = T.token_weights(x, maskable, stop_weight=8.0, decision=(4.0, seps, digits))
+    # the comma after '3' (a reply slot), the stop; not the comma after EOT (not a reply slot) nor after 'a'
+    assert w.tolist() == [[1.0, 4.0, 1.0, 1.0, 8.0, 1.0, 1.0, 1.0]]
+    assert T.token_weights(x, maskable, 8.0).tolist() == [[1.0, 1.0, 1.0, 1.0, 8.0, 1.0, 1.0, 1.0]]

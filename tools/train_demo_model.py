@@ -111,6 +111,9 @@ def parse_args(argv=None):
     p.add_argument("--family-weights", default="",
                    help="skill families drawn more (or less) often than their own weights, e.g. "
                         "'count_up=28,count_down=22': a phase that drills what the model gets wrong")
+    p.add_argument("--decision-weight", type=float, default=0.0,
+                   help="loss weight of a reply's ', ' or line break right after a digit (where a count or a table "
+                        "goes on or stops; see token_weights); 0: weight 1 like any token")
     p.add_argument("--short-share", type=float, default=0.0,
                    help="share of skill answers drawn with at most 6 items (numbers, lines, letters): a drill of "
                         "where a range ends, with a stop decision every few tokens")
@@ -178,8 +181,23 @@ def consistency(model: BitNet, ha, hb, hr, ma, mb, B: int) -> torch.Tensor:
     return (logp_r.exp() * (logp_r - logp_d)).sum(-1).mean()
 
 
+def token_weights(x, maskable, stop_weight: float = 1.0, decision=None) -> torch.Tensor:
+    """x, maskable (n, L) -> (n, L) float: the loss weight of predicting token i. A reply's closing <|eot_id|>
+    weighs stop_weight. decision = (weight, separator ids, digit ids) or None: a separator (", " or a line
+    break) right after a digit in a reply weighs `weight` too. That is where a count or a table goes on or
+    stops: weighting only the stop teaches when replies of that length usually end; weighting every "go on"
+    as well makes the model pay for a stop put anywhere but at the asked end number."""
+    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)
+    if decision is not None:
+        weight, seps, digits = decision
+        after_digit = torch.zeros_like(maskable)
+        after_digit[:, 1:] = torch.isin(x[:, :-1], digits)
+        w = torch.where(maskable & after_digit & torch.isin(x, seps), weight, w)
+    return w
+
+
 def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0, hide=None, pad=None,
-           pad_weight: float = 0.25, consistency_weight: float = 0.0, causal: bool = False):
+           pad_weight: float = 0.25, consistency_weight: float = 0.0, causal: bool = False, decision=None):
     """x (n, L) ids; target/maskable/ma/mb (n, L) bool -> (diffusion CE, AR CE), means over their targets.
     stop_weight: weight of each reply's closing <|eot_id|> (an assistant slot holding EOT_ID); hide (n, L) bool:
     slots both noisy views show as masks without predicting them (after_reply); pad (n, L) bool: slots the noisy
@@ -191,7 +209,7 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
     n, L = x.shape
     B = model.c.block_size
     hide = torch.zeros_like(ma) if hide is None else hide
-    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)  # (n, L) weight of predicting token i
+    w = token_weights(x, maskable, stop_weight, decision)  # (n, L) weight of predicting token i
     xn, wn = x, w  # what the noisy views hold and predict
     if pad is not None:
         xn, wn = x.masked_fill(pad, D.EOT_ID), torch.where(pad, pad_weight, w)
@@ -217,10 +235,10 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
     return diff, ar
 
 
-def next_token_loss(model: BitNet, x, target, maskable, stop_weight: float = 1.0) -> torch.Tensor:
+def next_token_loss(model: BitNet, x, target, maskable, stop_weight: float = 1.0, decision=None) -> torch.Tensor:
     """x (n, L) ids -> the AR term of `losses` alone, from one plain causal forward over x (no noisy views)."""
     n, L = x.shape
-    w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)
+    w = token_weights(x, maskable, stop_weight, decision)
     h = model.hidden(x, torch.arange(L), "causal")
     return weighted_ce(model.logits(h[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]], w[:, 1:][target[:, 1:]])
 
@@ -352,6 +370,10 @@ def main(argv=None):
                      "hist": hist, "rng": rng.getstate(), "gen": gen.get_state(), "cfg": cfg.to_dict(),
                      "args": vars(a)}, ckpt)
 
+    decision = None
+    if a.decision_weight:
+        ids = lambda texts: torch.tensor([tok.token_to_id(t) for t in texts])  # noqa: E731
+        decision = (a.decision_weight, ids([",", "Ċ"]), ids(list("0123456789")))  # byte-level BPE: Ċ is "\n"
     if not a.export_only:
         val = val_batches(valw, a, cfg.block_size)
         t_last_ck, t0 = time.time(), time.time() - elapsed
@@ -361,7 +383,7 @@ def main(argv=None):
             x, tgt, msk = trw.batch(rng, a.batch)
             if a.ar_steps and step % (a.ar_steps + 1):  # a next-token-only step
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-                    ar = next_token_loss(model, x, tgt, msk, a.stop_weight)
+                    ar = next_token_loss(model, x, tgt, msk, a.stop_weight, decision)
                 diff = torch.zeros(())
             else:
                 diff = ar = None
@@ -372,7 +394,7 @@ def main(argv=None):
             if ar is None:
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
                     diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
-                                      a.consistency_weight, a.attention == "causal")
+                                      a.consistency_weight, a.attention == "causal", decision)
             opt.zero_grad(set_to_none=True)
             (diff + ar).backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
