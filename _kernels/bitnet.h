@@ -14,11 +14,16 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* A ternary linear layer W (N, K): codes (Np/16, Kp/16, 64) uint8 tiles, one float multiplier per row. */
+/* The two layouts of ternary tiles (bitnet_app/engine/packing.py) */
+enum bn_packing { BN_PACK_2BIT = 0, BN_PACK_TRIT5 = 1 }; /* 4 codes a byte; 5 codes a byte (1.6 bits a weight) */
+
+/* A ternary linear layer W (N, K): uint8 tiles, (Np/16, Kp/16, 64) in 2 bits or (Np/16, ceil(Kp/20), 64) in
+ * 1.6 bits, and one float multiplier per row. */
 typedef struct {
     const uint8_t *codes;
     const float *scale;   /* (Np,) weight_scale (multiply) or 1/weight_scale (divide), per row */
     int n, k;             /* logical shape */
+    int packing;          /* enum bn_packing */
 } bn_ternary;
 
 typedef struct {

@@ -21,6 +21,7 @@ cdef extern from "bitnet.h":
         const uint8_t *codes
         const float *scale
         int n, k
+        int packing
     ctypedef struct bn_layer:
         const float *attn_norm
         const float *attn_sub_norm
@@ -128,6 +129,10 @@ cdef class CEngine:
             raise MemoryError()
         kvd = G * hd
         shapes = {"qkv": (D + 2 * kvd, D), "o": (D, D), "gate_up": (2 * I, D), "down": (D, I)}
+        from bitnet_app.engine.packing import PACKINGS, ternary_tile_shape
+        packing = getattr(ef, "packing", PACKINGS[0])
+        if packing not in PACKINGS:
+            raise ValueError(f"engine file has ternary packing {packing!r}; convert the checkpoint again")
         cdef bn_ternary *lin
         for l in range(L):
             p = f"layers.{l}."
@@ -150,8 +155,9 @@ cdef class CEngine:
                     lin = &self.layers[l].gate_up
                 else:
                     lin = &self.layers[l].down
-                lin.n, lin.k = n, k
-                lin.codes = <const uint8_t *>_ptr(t.get(p + name + ".codes"), u8, (_r16(n) // 16, _r16(k) // 16, 64), p + name + ".codes")
+                lin.n, lin.k, lin.packing = n, k, PACKINGS.index(packing)
+                lin.codes = <const uint8_t *>_ptr(t.get(p + name + ".codes"), u8, ternary_tile_shape(n, k, packing),
+                                                  p + name + ".codes")
                 lin.scale = <const float *>_ptr(t.get(p + name + ".scale"), f32, (_r16(n),), p + name + ".scale")
         m.layers = self.layers
         isa_b = (isa or "").encode()

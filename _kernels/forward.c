@@ -237,8 +237,8 @@ void bn_matmul_item(bn_engine *e, const stage *st, int i) {
     const int8_t *xq = xq_row(e, t0, st->kp, st->xq_run);
     switch (st->kind) {
         case KIND_TERNARY:
-            e->k->ternary_matmul(st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16,
-                                 u1 * 16, y, st->ldy);
+            (st->w->packing == BN_PACK_TRIT5 ? e->k->ternary5_matmul : e->k->ternary_matmul)(
+                st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16, u1 * 16, y, st->ldy);
             break;
         case KIND_INT8_HEAD:
             e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, xq, e->xinv + t0, rows,
@@ -327,6 +327,16 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         m->head_dim % 2 || ctx <= 0 || (m->act != BN_ACT_RELU2 && m->act != BN_ACT_SILU) || !m->head_bf16) {
         set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context)");
         return NULL;
+    }
+    for (int l = 0; l < m->n_layers; l++) { /* every matrix in a known layout; 1.6-bit ones not too wide (kernels.h) */
+        const bn_ternary *w[4] = {&m->layers[l].qkv, &m->layers[l].o, &m->layers[l].gate_up, &m->layers[l].down};
+        for (int i = 0; i < 4; i++)
+            if ((w[i]->packing != BN_PACK_2BIT && w[i]->packing != BN_PACK_TRIT5) ||
+                (w[i]->packing == BN_PACK_TRIT5 && ROUND16(w[i]->k) > BN_TRIT5_MAX_KP)) {
+                set_err(err, errlen, "a ternary matrix has an unknown packing, or is too wide for 1.6-bit tiles; "
+                                     "convert the checkpoint again with the 2-bit packing");
+                return NULL;
+            }
     }
     bn_engine *e = calloc(1, sizeof *e);
     if (!e) { set_err(err, errlen, "out of memory"); return NULL; }

@@ -13,12 +13,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A ternary matmul (the signature of ternary_matmul and ternary5_matmul below) and a 1.6-bit -> 2-bit tile unpacker. */
+typedef void (*bn_ternary_fn)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                              const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+typedef void (*bn_unpack5_fn)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2);
+
 typedef struct {
     const char *name;
     /* Ternary W (N, K) tiles @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
      * y[t, n] = (sum_k W[n, k] * xq[t, k]) * xinv[t] * row_scale[n] */
     void (*ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+    /* The same product from the 1.6-bit tiles of W (Np/16, G5, 64), 5 codes a byte (bitnet_app/engine/packing.py;
+     * G5 = bn_trit5_groups(kp)): the same y, bit for bit, as ternary_matmul on the 2-bit tiles of the same weights.
+     * One token is decoded straight from the packed bytes; a batch unpacks each chunk of row tiles once into 2-bit
+     * tiles and runs ternary_matmul on them (bn_ternary5_batch). Needs kp <= BN_TRIT5_MAX_KP. */
+    void (*ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+    /* n_tiles consecutive row tiles of 1.6-bit codes (G5 groups each) -> the 2-bit tiles of the same weights
+     * (kp/16 groups each): the reference of the batch path, and its first step. */
+    void (*unpack5)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2);
     /* Int8 head tiles (Np/16, Kp/4, 64) @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
      * y[t, n] = (sum_k w8[n, k] * xq[t, k]) * xinv[t] * row_scale[n]; rowsum[n] = sum_k w8[n, k] */
     void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
@@ -83,6 +97,19 @@ typedef struct {
  * tok/s there (avx512, interleaved); 4 KB ahead was worse, 16 KB the same. */
 #define BN_FAR_PREFETCH_BYTES 8192
 
+/* 1.6-bit tiles (packing.py): G5 groups of 5 quads (20 columns, 64 bytes) per row tile, the last one possibly
+ * partial. The decode kernels sum 256 times each dot product in int32 (kernels_avx512.c), exact while
+ * 256 * 2 * 128 * kp < 2^31: kp at most BN_TRIT5_MAX_KP. */
+#define BN_TRIT5_QUADS 5
+#define BN_TRIT5_MAX_KP 32752
+static inline int bn_trit5_groups(int kp) { return (kp / 4 + BN_TRIT5_QUADS - 1) / BN_TRIT5_QUADS; }
+/* tiles5.c: ternary5_matmul for a batch (T > 1) from a path's parts: each chunk of row tiles unpacked once (unpack5)
+ * into this thread's buffer of 2-bit tiles and multiplied there (matmul2, the path's ternary_matmul); without memory
+ * for the buffer, token by token through one_token (the path's ternary5_matmul, which decodes one token in place). */
+void bn_ternary5_batch(bn_unpack5_fn unpack5, bn_ternary_fn matmul2, bn_ternary_fn one_token, const uint8_t *codes,
+                       int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum, const float *xinv,
+                       int T, int n0, int n1, float *y, int ldy);
+
 extern const bn_kernels bn_kernels_portable;
 #ifdef BN_HAVE_X86
 extern const bn_kernels bn_kernels_avx2;
@@ -91,11 +118,15 @@ extern const bn_kernels bn_kernels_avx512;
  * table), and the same code with vpdpbusd written in AVX2 (kernels_avxvnni_emulated.c, for tests) */
 void bn_avxvnni_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                         const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_avxvnni_emulated_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                         const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_avxvnni_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                                      const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #ifndef BN_NO_AVXVNNI /* setup.py defines it when the compiler has no -mavxvnni */
 void bn_avxvnni_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_avxvnni_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #endif
@@ -104,11 +135,15 @@ void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, con
  * AVX2 kernels (kernels_amx_emulated.c, for tests) */
 void bn_amx_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                     const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_amx_emulated_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                     const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_amx_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                                  const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #ifndef BN_NO_AMX /* setup.py defines it when the compiler has no -mamx-int8 */
 void bn_amx_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_amx_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_amx_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                         const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #endif

@@ -287,6 +287,15 @@ void ENTRY(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale,
     TILE_RELEASE();
 }
 
+/* kernels.h's ternary5_matmul: below AMX_MIN_TOKENS the fallback's (its one-token decode), else each pair of row
+ * tiles unpacked into 2-bit tiles (the fallback's unpack5) and multiplied by the tiles above (tiles5.c) */
+void ENTRY(ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T < AMX_MIN_TOKENS) FALLBACK.ternary5_matmul(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+    else bn_ternary5_batch(FALLBACK.unpack5, ENTRY(ternary_matmul), FALLBACK.ternary5_matmul, codes, kp, row_scale,
+                           xq, xsum, xinv, T, n0, n1, y, ldy);
+}
+
 /* kernels.h's int8_matmul (the head): its tiles are B tiles as they lie in memory; the weights are signed, so no
  * offset (rowsum is the VNNI kernels' correction for their unsigned activations) */
 void ENTRY(int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum, const int8_t *xq,

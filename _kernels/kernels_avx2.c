@@ -154,6 +154,129 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
 
 #include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
 
+/* ---------------------------------------------------------------- 1.6-bit tiles (5 codes a byte, packing.py)
+ *
+ * Digit d of a byte q is its code c_d = 3 t_d >> 8 with t_d = q 3^d mod 256, i.e. [t_d >= 86] + [t_d >= 171]. In
+ * signed bytes s_d = t_d - 128 (q ^ 0x80) that is [s_d > -43] + [s_d > 42]: two vpcmpgtb whose -1s add up to
+ * -c_d; and s_{d+1} = 3 s_d mod 256 like t (two wrapping adds). The codes then go through vpmaddubsw exactly as
+ * the 2-bit kernels' do. (The VNNI paths' trick of summing t_d . x instead does not work here: vpmaddubsw would
+ * saturate on 255 x 128.) */
+
+/* The codes (0, 1, 2) of one digit of 32 packed bytes, whose signed form s_d is given; s_d becomes s_{d+1}. */
+static inline __m256i trit_codes(__m256i *s) {
+    const __m256i c = _mm256_abs_epi8(_mm256_add_epi8(_mm256_cmpgt_epi8(*s, _mm256_set1_epi8(-43)),
+                                                      _mm256_cmpgt_epi8(*s, _mm256_set1_epi8(42))));
+    *s = _mm256_add_epi8(*s, _mm256_add_epi8(*s, *s));
+    return c;
+}
+
+/* A lane gains at most 5 digits x 2 products x 2 x 128 = 2560 in magnitude per 64-byte group: 12 groups stay within
+ * int16 before the sums are widened to int32 (see GROUPS_PER_WIDEN). */
+#define GROUPS5_PER_WIDEN 12
+
+/* nd digits of one 64-byte group (both halves: rows 0-7 and 8-15) into the int16 sums s0, s1 */
+static inline __attribute__((always_inline)) void ternary5_group(const uint8_t *p, const int8_t *xg, const int nd,
+                                                                 __m256i *s0, __m256i *s1) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), flip);
+    __m256i b = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 32)), flip);
+#pragma GCC unroll 5
+    for (int d = 0; d < nd; d++) {
+        const __m256i xf = _mm256_set1_epi32(load_i32(xg + 4 * d));
+        *s0 = _mm256_add_epi16(*s0, _mm256_maddubs_epi16(trit_codes(&a), xf));
+        *s1 = _mm256_add_epi16(*s1, _mm256_maddubs_epi16(trit_codes(&b), xf));
+    }
+}
+
+/* One token through a whole 16-row tile of 1.6-bit codes: the same int32 sums as ternary_tile_1 on its 2-bit tile. */
+static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const float *row_scale, int32_t xsum,
+                            float xinv, float *y) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;
+    for (int g0 = 0; g0 < full; g0 += GROUPS5_PER_WIDEN) {
+        const int g1 = g0 + GROUPS5_PER_WIDEN < full ? g0 + GROUPS5_PER_WIDEN : full;
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        for (int g = g0; g < g1; g++) {
+            _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 */
+            ternary5_group(wt + (size_t)g * 64, x + 20 * g, BN_TRIT5_QUADS, &s0, &s1);
+        }
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
+    }
+    if (rest) { /* the last group's quads, when kp / 4 is not a multiple of 5 */
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        const uint8_t *p = wt + (size_t)full * 64;
+        const int8_t *xg = x + 20 * full;
+        switch (rest) {
+            case 4: ternary5_group(p, xg, 4, &s0, &s1); break;
+            case 3: ternary5_group(p, xg, 3, &s0, &s1); break;
+            case 2: ternary5_group(p, xg, 2, &s0, &s1); break;
+            default: ternary5_group(p, xg, 1, &s0, &s1); break;
+        }
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
+    }
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i xs = _mm256_set1_epi32(xsum);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
+                                      _mm256_loadu_ps(row_scale)));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
+                                          _mm256_loadu_ps(row_scale + 8)));
+}
+
+/* 1.6-bit tiles -> 2-bit tiles (kernels.h unpack5): quad m's codes, digit m % 5 of group m / 5, shifted into field
+ * m % 4 of group m / 4 (a code is at most 2, so the 16-bit shift never crosses into the next byte). The pattern
+ * repeats every 20 quads (4 groups in, 5 out): unpack5_run takes nq quads (a multiple of 4, at most 20) of one
+ * 32-byte half, with every index a constant once inlined. */
+static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in, uint8_t *out, const int nq) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i s = _mm256_setzero_si256(), acc = s;
+#pragma GCC unroll 20
+    for (int m = 0; m < nq; m++) {
+        if (m % BN_TRIT5_QUADS == 0)
+            s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in + (m / BN_TRIT5_QUADS) * 64)), flip);
+        acc = _mm256_or_si256(acc, _mm256_slli_epi16(trit_codes(&s), 2 * (m % 4)));
+        if (m % 4 == 3) {
+            _mm256_storeu_si256((__m256i *)(out + (m / 4) * 64), acc);
+            acc = _mm256_setzero_si256();
+        }
+    }
+}
+
+static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
+    const int quads = kp / 4, g5 = bn_trit5_groups(kp), g2 = kp / 16, runs = quads / 20, rest = quads % 20;
+    for (int tile = 0; tile < n_tiles; tile++)
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *in = tiles5 + (size_t)tile * g5 * 64 + 32 * half;
+            uint8_t *out = tiles2 + (size_t)tile * g2 * 64 + 32 * half;
+            for (int r = 0; r < runs; r++) unpack5_run(in + (size_t)r * 4 * 64, out + (size_t)r * 5 * 64, 20);
+            in += (size_t)runs * 4 * 64;
+            out += (size_t)runs * 5 * 64;
+            switch (rest) { /* kp is a multiple of 16: whole output groups of 4 quads */
+                case 16: unpack5_run(in, out, 16); break;
+                case 12: unpack5_run(in, out, 12); break;
+                case 8: unpack5_run(in, out, 8); break;
+                case 4: unpack5_run(in, out, 4); break;
+                default: break;
+            }
+        }
+}
+
+static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T > 1) {
+        bn_ternary5_batch(unpack5, ternary_walk, ternary5_matmul, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y,
+                          ldy);
+        return;
+    }
+    const size_t tile_bytes = (size_t)bn_trit5_groups(kp) * 64;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        ternary5_tile_1(codes + (size_t)tile * tile_bytes, kp, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                        y + tile * 16);
+}
+
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -829,7 +952,8 @@ static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const
 }
 
 const bn_kernels bn_kernels_avx2 = {
-    .name = "avx2", .ternary_matmul = ternary_walk, .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
+    .name = "avx2", .ternary_matmul = ternary_walk, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
+    .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
     .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_first = max_first,

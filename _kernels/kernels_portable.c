@@ -2,6 +2,7 @@
  * Same tile layouts as the SIMD files (bitnet_app/packing.py):
  *   ternary byte [t, g, 4i+j] bits 2s = code(row 16t+i, col 16g+4s+j), code = w + 1
  *   int8    byte [t, g, 4i+j]          = w8(row 16t+i, col 4g+j)
+ *   1.6-bit byte [t, g, 4i+j] digit d  = code(row 16t+i, col 20g+4d+j), digit d of q = 3 (q 3^d mod 256) >> 8
  */
 #include "kernels.h"
 
@@ -28,6 +29,49 @@ static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale,
                 y[(size_t)t * ldy + n] = (float)(acc[i] - xsum[t]) * xinv[t] * row_scale[n];
             }
         }
+    }
+}
+
+/* Digit d (0..4) of a 1.6-bit byte q: the code (0, 1, 2) of quad 5g + d (packing.py decode_trits). */
+static inline int trit(unsigned q, int d) {
+    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
+    return (int)((3 * ((q * POW3[d]) & 255)) >> 8);
+}
+
+static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int quads = kp / 4, groups = bn_trit5_groups(kp);
+    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
+        const uint8_t *wt = codes + (size_t)tile * groups * 64;
+        for (int t = 0; t < T; t++) {
+            const int8_t *x = xq + (size_t)t * kp;
+            int32_t acc[16] = {0};
+            for (int g = 0; g < groups; g++) {
+                const int nd = quads - 5 * g < BN_TRIT5_QUADS ? quads - 5 * g : BN_TRIT5_QUADS;
+                for (int i = 0; i < 16; i++)
+                    for (int j = 0; j < 4; j++)
+                        for (int d = 0; d < nd; d++) acc[i] += trit(wt[g * 64 + 4 * i + j], d) * x[4 * (5 * g + d) + j];
+            }
+            for (int i = 0; i < 16; i++) {
+                const int n = tile * 16 + i;
+                y[(size_t)t * ldy + n] = (float)(acc[i] - xsum[t]) * xinv[t] * row_scale[n];
+            }
+        }
+    }
+}
+
+/* 1.6-bit tiles -> 2-bit tiles: quad m's codes (digit m % 5 of group m / 5) into field m % 4 of group m / 4 */
+static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
+    const int quads = kp / 4, g5 = bn_trit5_groups(kp), g2 = kp / 16;
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const uint8_t *in = tiles5 + (size_t)tile * g5 * 64;
+        uint8_t *out = tiles2 + (size_t)tile * g2 * 64;
+        for (int m = 0; m < quads; m++)
+            for (int b = 0; b < 64; b++) {
+                uint8_t *o = out + (m / 4) * 64 + b;
+                const unsigned field = (unsigned)trit(in[(m / 5) * 64 + b], m % 5) << (2 * (m % 4));
+                *o = (uint8_t)(m % 4 ? *o | field : field);
+            }
     }
 }
 
@@ -178,6 +222,9 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * half_to_float(h[i]);
 }
 
-const bn_kernels bn_kernels_portable = {"portable", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                        sumsq, absmax, quantize, norm_apply, relu2_mul, add,
-                                        to_f16, dot_f16, axpy_f16};
+const bn_kernels bn_kernels_portable = {
+    .name = "portable", .ternary_matmul = ternary_matmul, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
+    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, .dot = dot, .axpy = axpy, .sumsq = sumsq,
+    .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply, .relu2_mul = relu2_mul, .add = add,
+    .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
+};

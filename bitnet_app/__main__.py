@@ -23,6 +23,7 @@ import time
 from .engine import kernel_paths
 
 # checkpoint/synthetic.py SHAPES (named here so the parser is built without importing numpy)
+PACKINGS = ("2bit", "1.6bit")  # engine/packing.py PACKINGS: the layouts of the ternary tiles
 SYNTHETIC_SHAPES = ("2b4t", "falcon3-1b", "falcon3-3b", "falcon3-7b", "falcon3-10b", "llama3-8b", "bitnet-3b", "tiny",
                     "tiny-llama", "tiny-1bitllm")
 
@@ -64,7 +65,7 @@ def cmd_convert(args) -> int:
 
     src = checkpoint_folder(args.src, download_progress=_download_printer)
     out = args.out or converted_path(src)
-    convert_checkpoint(src, out, progress=_progress_printer("convert"))
+    convert_checkpoint(src, out, progress=_progress_printer("convert"), packing=args.packing)
     print(out)
     return 0
 
@@ -108,7 +109,7 @@ def cmd_bench(args) -> int:
     if args.synthetic:
         say(f"preparing the synthetic {args.synthetic} model ("
             + ("kept in the cache for the next run)" if args.keep else "deleted at the end; --keep keeps it)"))
-        with synthetic_file(args.synthetic, keep=args.keep) as path:
+        with synthetic_file(args.synthetic, keep=args.keep, layout=args.packing) as path:
             report = run_bench(path, threads=args.threads, isa=args.isa, lm_head=args.lm_head,
                                repeats=args.repeats, progress=say)
     else:
@@ -160,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("src", help="checkpoint folder (config.json, tokenizer.json, *.safetensors), Hub repo id, or "
                                        "'demo' (the bundled demo model)")
     c.add_argument("--out", help="engine file to write (default: the cache folder; the path is printed)")
+    c.add_argument("--packing", choices=PACKINGS,
+                   help="ternary tiles: 1.6 bits a weight (5 a byte) or 2 bits (4 a byte); default: 1.6 where the "
+                        "CPU has VNNI (AVX512-VNNI, AVX-VNNI), else 2")
     c.set_defaults(func=cmd_convert)
 
     g = sub.add_parser("generate", help="generate a reply, streamed to stdout")
@@ -186,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")
     b.add_argument("--keep", action="store_true",
                    help="with --synthetic: keep the generated file in the cache for the next run")
+    b.add_argument("--packing", choices=PACKINGS,
+                   help="with --synthetic: the ternary tiles' layout (default: what the converter writes on this CPU)")
     b.set_defaults(func=cmd_bench)
     return ap
 

@@ -6,7 +6,7 @@ Shapes: T tokens at positions 0..T-1, D hidden, hd head dim, mask (T, T) bool, T
 """
 import numpy as np
 
-from .packing import bf16_to_f32, unpack_int8_tiles, unpack_ternary_tiles
+from .packing import bf16_to_f32, unpack_int8_tiles, unpack_tiles
 from .rope import rope_inv_freq
 
 
@@ -41,7 +41,7 @@ class NumpyModel:
             lay = {k: np.asarray(t[p + k]) if p + k in t else None   # sub-norms: None when the model has none
                    for k in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm")}
             for name, (n, k) in shapes.items():
-                lay[name] = (unpack_ternary_tiles(t[p + name + ".codes"], n, k).astype(np.float32),
+                lay[name] = (unpack_tiles(t[p + name + ".codes"], n, k, ef.packing).astype(np.float32),
                              np.asarray(t[p + name + ".scale"])[:n])
             self.layers.append(lay)
         V, D = self.V, self.D

@@ -71,7 +71,7 @@ class Engine:
         if threads is None:
             threads = int(os.environ.get("BITNET_THREADS", 0)) or (os.cpu_count() or 1)
         isa = isa or os.environ.get(ISA_ENV) or None
-        weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors))
+        weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors), packing=ef.packing)
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
             try:
                 weights.resident = shared_resident(ef, streamed_names(ef.tensors, lm_head))  # kept by the engine
