@@ -56,11 +56,16 @@ typedef struct {
 
 typedef struct bn_engine bn_engine;
 
-/* exact_head: 1 = bf16 head (head_bf16), 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
+/* The KV cache's element type. int8: each (layer, KV head, position) row of hd values has its own scale (absmax /
+ * 127, round half to even): 1 byte a value + 4 bytes a row, about half fp16's bytes. */
+enum bn_kv { BN_KV_F32 = 0, BN_KV_F16 = 1, BN_KV_I8 = 2 };
+#define BN_MAX_HEAD_DIM 1024 /* the engine's limit on head_dim (real models: 64 to 256) */
+
+/* exact_head: 1 = bf16 head (head_bf16), 0 = int8 head. kv: the KV cache's element type (enum bn_kv).
  * n_threads: 1 to 256, the calling thread included (more is an error, not a crash).
  * isa: NULL/"" = best the CPU has; a path's name ("avx512", "avx2", "portable": dispatch.c PATHS) forces it.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
-bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_threads, const char *isa, int ctx,
                             char *err, int errlen);
 void bn_engine_free(bn_engine *e);
 const char *bn_engine_isa(const bn_engine *e);

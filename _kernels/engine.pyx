@@ -42,7 +42,7 @@ cdef extern from "bitnet.h":
         bn_layer *layers
     ctypedef struct bn_engine:
         pass
-    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
+    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_threads, const char *isa, int ctx,
                                 char *err, int errlen)
     void bn_engine_free(bn_engine *e)
     const char *bn_engine_isa(const bn_engine *e)
@@ -89,7 +89,8 @@ cdef class CEngine:
         self.e = NULL
         self.layers = NULL
 
-    def __init__(self, ef, bint exact_head, bint kv16, threads, isa, int ctx):
+    def __init__(self, ef, bint exact_head, int kv, threads, isa, int ctx):
+        """kv: the KV cache's element type, enum bn_kv (0 float32, 1 fp16, 2 int8 with a scale per row)."""
         if not 1 <= threads <= BN_POOL_MAX_THREADS:  # checked here too: ints beyond C's range included
             raise ValueError(f"thread count {threads} is out of range: use 1 to {BN_POOL_MAX_THREADS} "
                              "(the number of CPU cores is a good choice)")
@@ -161,7 +162,7 @@ cdef class CEngine:
                 lin.scale = <const float *>_ptr(t.get(p + name + ".scale"), f32, (_r16(n),), p + name + ".scale")
         m.layers = self.layers
         isa_b = (isa or "").encode()
-        self.e = bn_engine_create(&m, exact_head, kv16, threads, isa_b, ctx, err, sizeof(err))
+        self.e = bn_engine_create(&m, exact_head, kv, threads, isa_b, ctx, err, sizeof(err))
         if self.e == NULL:
             raise ValueError(err.decode(errors="replace"))
         self.keep = ef

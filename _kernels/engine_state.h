@@ -90,8 +90,9 @@ struct bn_engine {
     int exact_head, ctx;
     int dp, ip, qkv_np, gu_np, vp; /* padded sizes: D, I, H*hd + 2*G*hd, 2I, V rounded up to 16 */
     int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
-    int kv16;                      /* 1: the KV cache holds IEEE half (fp16), 0: float32 */
-    void *k_cache, *v_cache;       /* (L, G, C, hd) of fp16 or float32: each head's rows contiguous, so an attention
+    int kv;                        /* the KV cache's elements: enum bn_kv (float32, IEEE half, int8) */
+    float *k_scale, *v_scale;      /* int8 cache: (L, G, C) each row's scale (absmax / 127), else NULL */
+    void *k_cache, *v_cache;       /* (L, G, C, hd) of kv's type: each head's rows contiguous, so an attention
                                       item streams them (with (L, C, G*hd) it read 1 row in G: ~2x slower at 4k) */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
     /* scratch, sized for cap_t tokens and cap_rows logit rows (grown, never shrunk) */

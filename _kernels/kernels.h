@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bitnet.h" /* enum bn_kv: the KV cache's element type */
+
 /* A ternary matmul (the signature of ternary_matmul and ternary5_matmul below) and a 1.6-bit -> 2-bit tile unpacker. */
 typedef void (*bn_ternary_fn)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                               const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
@@ -61,13 +63,15 @@ typedef struct {
     int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
     /* Attention of a tile of nr consecutive query rows that share one K/V head. Row r (r < nr) has nq query
      * heads at q + r*ldq (nq*hd floats, contiguous) and sees keys s in [0, ends[r]) (ends non-decreasing,
-     * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements:
-     * fp16 bits if kv16, else float32). Per (row, head): out (hd) = softmax(q . k_s * scale) @ v, written to
-     * out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's result
-     * never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
+     * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements of
+     * type kv, enum bn_kv: float32, fp16 bits, or int8 whose rows' scales are ks[s] and vs[s], else NULL).
+     * Per (row, head): out (hd) = softmax(q . k_s * scale) @ v (int8: k_s = ks[s] * k8_s, v_s = vs[s] * v8_s),
+     * written to out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's
+     * result never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
      * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
-                       int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo);
+                       int kv, const float *ks, const float *vs, const int *ends, float scale, float *scratch,
+                       float *out, size_t ldo);
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):

@@ -82,11 +82,11 @@ def _timed_runs(run, repeats: int) -> list[float]:
     return times
 
 
-def run_bench(path: str, *, threads: int | None = None, isa: str | None = None, lm_head: str = "int8",
+def run_bench(path: str, *, threads: int | None = None, isa: str | None = None, lm_head: str = "int8", kv: str | None = None,
               repeats: int = 5, progress=None) -> dict:
     say = progress or (lambda msg: None)
     ef = EngineFile(path)
-    eng = Engine(ef, lm_head=lm_head, threads=threads, isa=isa)
+    eng = Engine(ef, lm_head=lm_head, threads=threads, isa=isa, kv=kv)
     if eng.ctx < BLOCK_POS + max(BLOCK_SIZES):
         raise ValueError(f"the model's context ({eng.ctx}) is too short for the benchmark "
                          f"(needs {BLOCK_POS + max(BLOCK_SIZES)} positions)")

@@ -11,7 +11,7 @@ import pytest
 from bitnet_app.engine.kernel_paths import PORTABLE
 from bitnet_app.engine.reference import causal_mask
 from bitnet_app.engine.runtime import Engine
-from test_engine import _engine_model, agrees, ids_for
+from test_engine import _engine_model, agrees_kv, ids_for
 from test_kernels import PATHS
 
 BLOCK = 8
@@ -34,7 +34,7 @@ def _attention(kind):
 
 
 @pytest.mark.parametrize("isa", PATHS)
-@pytest.mark.parametrize("kv", ["f16", "f32"])
+@pytest.mark.parametrize("kv", ["f16", "f32", "i8"])
 @pytest.mark.parametrize("kind", ["causal", "block"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_rows_together_equal_rows_alone(model, isa, kv, kind, threads):
@@ -53,7 +53,7 @@ def test_rows_together_equal_rows_alone(model, isa, kv, kind, threads):
     assert eng.n_past == PREFIX
 
 
-@pytest.mark.parametrize("kv", ["f16", "f32"])
+@pytest.mark.parametrize("kv", ["f16", "f32", "i8"])
 @pytest.mark.parametrize("kind", ["causal", "block"])
 def test_every_path_agrees_on_a_dual_cache_forward(model, kv, kind):
     """The same forward (rows mid-block, keys beyond them) on each kernel path against the portable one."""
@@ -67,7 +67,7 @@ def test_every_path_agrees_on_a_dual_cache_forward(model, kv, kind):
         outs[isa] = eng.forward(ids[START:START + ROWS], start=START, commit=False, kv_end=KV_END,
                                 rows=range(ROWS), **_attention(kind))
     for isa, out in outs.items():
-        assert agrees(out, outs[PORTABLE]), isa
+        assert agrees_kv(out, outs[PORTABLE], kv), isa
 
 
 def _prefix_then_block_mask(T):
@@ -79,7 +79,7 @@ def _prefix_then_block_mask(T):
 
 
 @pytest.mark.parametrize("isa", PATHS)
-@pytest.mark.parametrize("kv", ["f16", "f32"])
+@pytest.mark.parametrize("kv", ["f16", "f32", "i8"])
 @pytest.mark.parametrize("kind", ["causal", "block"])
 def test_a_forward_after_a_prefix_matches_numpy_reference(model, isa, kv, kind):
     """Committed prompt of 13, then 27 rows in one forward (causal, or block attention in blocks of 8 that the
@@ -91,5 +91,5 @@ def test_a_forward_after_a_prefix_matches_numpy_reference(model, isa, kv, kind):
     eng.forward(ids[:PREFIX])
     out = eng.forward(ids[PREFIX:], commit=False, rows=range(T - PREFIX), **_attention(kind))
     mask = _prefix_then_block_mask(T) if kind == "block" else None
-    want = ref.logits(ids, mask=mask, kv16=kv == "f16")[PREFIX:]
-    assert agrees(out, want)
+    want = ref.logits(ids, mask=mask, kv=kv)[PREFIX:]
+    assert agrees_kv(out, want, kv)

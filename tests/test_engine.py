@@ -28,6 +28,20 @@ def agrees(out, want, min_rows=0.75):
     return np.mean(row_err <= TOL) >= min_rows and np.median(row_err) <= TOL
 
 
+def agrees_kv(out, want, kv):
+    """agrees() for the f16 and f32 caches. The int8 cache's attention outputs lie on a lattice (int8 values x a
+    row scale) wherever one key takes all the weight, as in these random models, and bf16 norm gains keep them on
+    it, so the next int8 activation often lies exactly halfway between two integers; a last-bit difference from
+    the reference (summation order) then rounds it the other way, which moves that row alone by up to a few
+    percent (measured: up to 3.5%, in up to half the rows of a sequence). So for i8: the median row at fp32
+    precision, every row within 5%, the same argmax in 95% of rows. A wrong scale or index moves every row."""
+    if kv != "i8":
+        return agrees(out, want)
+    row_err = np.abs(out - want).max(axis=1) / np.abs(want).max()
+    return (np.median(row_err) <= TOL and row_err.max() <= 0.05
+            and np.mean(out.argmax(axis=1) == want.argmax(axis=1)) >= 0.95)
+
+
 def _engine_model(tmp_path_factory, name, packing=None, **shape):
     """A random checkpoint of this shape (2 layers), converted (in the packing given, else the default): (EngineFile,
     its numpy reference)."""
@@ -81,18 +95,21 @@ def ids_for(ef, n, seed=0):
 
 
 @pytest.mark.parametrize("isa", PATHS)
-@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16"), ("int8", "f32"), ("exact", "f16")])
+@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16"), ("int8", "f32"), ("exact", "f16"),
+                                     ("int8", "i8"), ("exact", "i8")])
 def test_forward_matches_numpy_reference(tiny, isa, head, kv):
     ef, ref = tiny
     ids = ids_for(ef, 21)
     eng = Engine(ef, lm_head=head, isa=isa, threads=2, kv=kv)
     assert eng.isa == isa and eng.kv == kv
     out = eng.forward(ids, rows=range(len(ids)))
-    assert agrees(out, ref.logits(ids, head=head, kv16=kv == "f16"))
+    assert agrees_kv(out, ref.logits(ids, head=head, kv=kv), kv)
+    if kv == "i8":  # the check has teeth: the int8 cache is not the float32 one
+        assert not agrees_kv(out, ref.logits(ids, head=head, kv="f32"), kv)
 
 
 @pytest.mark.parametrize("isa", PATHS)
-@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16")])
+@pytest.mark.parametrize("head,kv", [("exact", "f32"), ("int8", "f16"), ("int8", "i8")])
 @pytest.mark.parametrize("block", [0, 8])
 def test_forward_with_a_simd_head_size_matches_numpy_reference(tiny_hd16, isa, head, kv, block):
     ef, ref = tiny_hd16
@@ -100,8 +117,8 @@ def test_forward_with_a_simd_head_size_matches_numpy_reference(tiny_hd16, isa, h
     eng = Engine(ef, lm_head=head, isa=isa, threads=2, kv=kv)
     attn = dict(attention="block", block_size=block) if block else {}
     out = eng.forward(ids, rows=range(len(ids)), **attn)
-    want = ref.logits(ids, head=head, kv16=kv == "f16", mask=block_mask(len(ids), block) if block else None)
-    assert agrees(out, want)
+    want = ref.logits(ids, head=head, kv=kv, mask=block_mask(len(ids), block) if block else None)
+    assert agrees_kv(out, want, kv)
 
 
 @pytest.mark.parametrize("isa", PATHS)
