@@ -224,22 +224,24 @@ static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq,
                        out + (size_t)r * ldo);
 }
 
-/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: the `group` query heads of each token
- * that share K/V head g, all together, so each cached K and V row is read (and converted from fp16) once per tile of
- * tokens and head group. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end
+/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: the query heads [h0, h0 + nh) of each
+ * token's group that share K/V head g (all of them, or half: schedule.c), together, so each cached K and V row is
+ * read (and converted from fp16) once per tile of tokens and heads. Each head's numbers are its own (the kernels
+ * take heads in pairs, but a pair's two heads do not touch each other's sums), so a split changes none of them. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end
  * of its block (shared by the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit
  * rows: the tile first gathers their query heads into q_last (row t = batch token fa.rows[t]). */
-void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int thread) {
+void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int h0, int nh, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, group = m->n_heads / G;
     const int trimmed = trimmed_stage(e, l, STAGE_ATTENTION);
-    const float *q = e->qkv + (size_t)t0 * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
+    const size_t head0 = (size_t)(g * group + h0) * hd; /* the first of the item's query heads (contiguous) */
+    const float *q = e->qkv + (size_t)t0 * e->qkv_np + head0;
     size_t ldq = (size_t)e->qkv_np;
     if (trimmed) {
-        float *gathered = e->q_last + (size_t)t0 * m->dim + (size_t)g * group * hd;
+        float *gathered = e->q_last + (size_t)t0 * m->dim + head0;
         for (int r = 0; r < nr; r++)
-            memcpy(gathered + (size_t)r * m->dim, e->qkv + (size_t)e->fa.rows[t0 + r] * e->qkv_np + (size_t)g * group * hd,
-                   sizeof(float) * (size_t)group * hd);
+            memcpy(gathered + (size_t)r * m->dim, e->qkv + (size_t)e->fa.rows[t0 + r] * e->qkv_np + head0,
+                   sizeof(float) * (size_t)nh * hd);
         q = gathered;
         ldq = (size_t)m->dim;
     }
@@ -253,12 +255,12 @@ void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int thread) {
     const size_t off = head_row * hd * kv_elem_bytes(e->kv);
     const void *kc = (const char *)e->k_cache + off, *vc = (const char *)e->v_cache + off;
     const float *ks = e->k_scale ? e->k_scale + head_row : NULL, *vs = e->v_scale ? e->v_scale + head_row : NULL;
-    float *out = e->att + (size_t)t0 * m->dim + (size_t)g * group * hd;
+    float *out = e->att + (size_t)t0 * m->dim + head0;
     float *sc = e->scores + (size_t)thread * e->scores_ld;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale,
+    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, nh, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale,
                                                  sc, out, (size_t)m->dim))
-        attend_rows_generic(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale, sc, out,
+        attend_rows_generic(e->k, q, ldq, nr, nh, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale, sc, out,
                             (size_t)m->dim);
 }
 
