@@ -41,41 +41,40 @@ cdef const bn_kernels *_kernels(str isa) except NULL:
     return k
 
 
-def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
-                   cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
-    """Tiles (Np/16, Kp/16, 64) @ xq (T, Kp) -> (T, Np) float32, with xinv = 1 (raw scaled dot products)."""
-    cdef const bn_kernels *k = _kernels(isa)
-    cdef int np_ = codes.shape[0] * 16, kp = codes.shape[1] * 16, T = xq.shape[0]
-    if xq.shape[1] != kp or scale.shape[0] != np_:
-        raise ValueError("shape mismatch")
+cdef object _ternary(const bn_kernels *k, bint five, cnp.ndarray codes, cnp.ndarray scale, cnp.ndarray xq):
+    """y (T, Np) of the 2-bit (five false) or 1.6-bit kernel, with xinv = 1; shapes checked by the callers."""
+    cdef int np_ = codes.shape[0] * 16, kp = xq.shape[1], T = xq.shape[0]
     xsum = np.ascontiguousarray(xq.sum(axis=1, dtype=np.int32))
     xinv = np.ones(T, dtype=np.float32)
     y = np.zeros((T, np_), dtype=np.float32)
     cdef int32_t[::1] xs = xsum
     cdef float[::1] xi = xinv
     cdef float[:, ::1] yv = y
-    k.ternary_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
-                     &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
+    if five:
+        k.ternary5_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
+                          &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
+    else:
+        k.ternary_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
+                         &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
     return y
+
+
+def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                   cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """Tiles (Np/16, Kp/16, 64) @ xq (T, Kp) -> (T, Np) float32, with xinv = 1 (raw scaled dot products)."""
+    if xq.shape[1] != codes.shape[1] * 16 or scale.shape[0] != codes.shape[0] * 16:
+        raise ValueError("shape mismatch")
+    return _ternary(_kernels(isa), False, codes, scale, xq)
 
 
 def kernel_ternary5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
                     cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
     """1.6-bit tiles (Np/16, G5, 64) @ xq (T, Kp) -> (T, Np) float32, xinv = 1: kernel_ternary's numbers from the
     other layout."""
-    cdef const bn_kernels *k = _kernels(isa)
-    cdef int np_ = codes.shape[0] * 16, kp = xq.shape[1], T = xq.shape[0]
-    if kp % 16 or codes.shape[1] != (kp // 4 + 4) // 5 or scale.shape[0] != np_:
+    cdef int kp = xq.shape[1]
+    if kp % 16 or codes.shape[1] != (kp // 4 + 4) // 5 or scale.shape[0] != codes.shape[0] * 16:
         raise ValueError("shape mismatch")
-    xsum = np.ascontiguousarray(xq.sum(axis=1, dtype=np.int32))
-    xinv = np.ones(T, dtype=np.float32)
-    y = np.zeros((T, np_), dtype=np.float32)
-    cdef int32_t[::1] xs = xsum
-    cdef float[::1] xi = xinv
-    cdef float[:, ::1] yv = y
-    k.ternary5_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
-                      &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
-    return y
+    return _ternary(_kernels(isa), True, codes, scale, xq)
 
 
 def kernel_unpack5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, int kp):

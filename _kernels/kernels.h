@@ -107,6 +107,24 @@ typedef struct {
 #define BN_TRIT5_QUADS 5
 #define BN_TRIT5_MAX_KP 32752
 static inline int bn_trit5_groups(int kp) { return (kp / 4 + BN_TRIT5_QUADS - 1) / BN_TRIT5_QUADS; }
+/* The unpacking of one 1.6-bit row tile (in, G5 groups) into 2-bit groups (out), as the SIMD files write it: quad m
+ * goes from digit m % 5 of group m / 5 to field m % 4 of group m / 4, a pattern that repeats every 20 quads (4 groups
+ * in, 5 out). RUN(in, out, nq) unpacks nq quads (a multiple of 4, at most 20) from the start of its arguments, with
+ * nq a constant here so that it unrolls: runs of 20, then the rest (kp is a multiple of 16: whole output groups). */
+#define BN_UNPACK5_RUNS(RUN, in, out, quads)                                                                     \
+    do {                                                                                                         \
+        const int runs_ = (quads) / 20;                                                                          \
+        for (int r_ = 0; r_ < runs_; r_++) RUN((in) + (size_t)r_ * 4 * 64, (out) + (size_t)r_ * 5 * 64, 20);     \
+        const uint8_t *in_ = (in) + (size_t)runs_ * 4 * 64;                                                      \
+        uint8_t *out_ = (out) + (size_t)runs_ * 5 * 64;                                                          \
+        switch ((quads) % 20) {                                                                                  \
+            case 16: RUN(in_, out_, 16); break;                                                                  \
+            case 12: RUN(in_, out_, 12); break;                                                                  \
+            case 8: RUN(in_, out_, 8); break;                                                                    \
+            case 4: RUN(in_, out_, 4); break;                                                                    \
+            default: break;                                                                                      \
+        }                                                                                                        \
+    } while (0)
 /* tiles5.c: ternary5_matmul for a batch (T > 1) from a path's parts: each chunk of row tiles unpacked once (unpack5)
  * into this thread's buffer of 2-bit tiles and multiplied there (matmul2, the path's ternary_matmul); without memory
  * for the buffer, token by token through one_token (the path's ternary5_matmul, which decodes one token in place). */

@@ -70,6 +70,17 @@ static inline __attribute__((always_inline)) void ternary_half(
     }
 }
 
+/* y (16 rows) = (acc - xsum) * xinv * row_scale for the int32 sums of rows 0-7 (acc0) and 8-15 (acc1) of a tile */
+static inline void store_tile_rows(__m256i acc0, __m256i acc1, int32_t xsum, float xinv, const float *row_scale,
+                                   float *y) {
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i xs = _mm256_set1_epi32(xsum);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
+                                      _mm256_loadu_ps(row_scale)));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
+                                          _mm256_loadu_ps(row_scale + 8)));
+}
+
 /* One token (decode) through a whole 16-row tile: per group of 16 columns both 32-byte halves (rows 0-7 and 8-15)
  * at once, so each 64-byte line of the tile is read once and each activation broadcast serves both halves.
  * (The multi-token path walks one half at a time over all groups, then the other; for one token that costs a
@@ -97,12 +108,7 @@ static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const
         acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
         acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
     }
-    const __m256 xi = _mm256_set1_ps(xinv);
-    const __m256i xs = _mm256_set1_epi32(xsum);
-    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
-                                      _mm256_loadu_ps(row_scale)));
-    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
-                                          _mm256_loadu_ps(row_scale + 8)));
+    store_tile_rows(acc0, acc1, xsum, xinv, row_scale, y);
 }
 
 static inline __attribute__((always_inline)) void int8_half(
@@ -218,12 +224,7 @@ static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const fl
         acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
         acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
     }
-    const __m256 xi = _mm256_set1_ps(xinv);
-    const __m256i xs = _mm256_set1_epi32(xsum);
-    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
-                                      _mm256_loadu_ps(row_scale)));
-    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
-                                          _mm256_loadu_ps(row_scale + 8)));
+    store_tile_rows(acc0, acc1, xsum, xinv, row_scale, y);
 }
 
 /* 1.6-bit tiles -> 2-bit tiles (kernels.h unpack5): quad m's codes, digit m % 5 of group m / 5, shifted into field
@@ -246,22 +247,11 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
 }
 
 static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
-    const int quads = kp / 4, g5 = bn_trit5_groups(kp), g2 = kp / 16, runs = quads / 20, rest = quads % 20;
+    const int g5 = bn_trit5_groups(kp), g2 = kp / 16;
     for (int tile = 0; tile < n_tiles; tile++)
-        for (int half = 0; half < 2; half++) {
-            const uint8_t *in = tiles5 + (size_t)tile * g5 * 64 + 32 * half;
-            uint8_t *out = tiles2 + (size_t)tile * g2 * 64 + 32 * half;
-            for (int r = 0; r < runs; r++) unpack5_run(in + (size_t)r * 4 * 64, out + (size_t)r * 5 * 64, 20);
-            in += (size_t)runs * 4 * 64;
-            out += (size_t)runs * 5 * 64;
-            switch (rest) { /* kp is a multiple of 16: whole output groups of 4 quads */
-                case 16: unpack5_run(in, out, 16); break;
-                case 12: unpack5_run(in, out, 12); break;
-                case 8: unpack5_run(in, out, 8); break;
-                case 4: unpack5_run(in, out, 4); break;
-                default: break;
-            }
-        }
+        for (int half = 0; half < 2; half++)
+            BN_UNPACK5_RUNS(unpack5_run, tiles5 + (size_t)tile * g5 * 64 + 32 * half,
+                            tiles2 + (size_t)tile * g2 * 64 + 32 * half, kp / 4);
 }
 
 static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,

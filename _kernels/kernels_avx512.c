@@ -179,21 +179,9 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
 }
 
 static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
-    const int quads = kp / 4, g5 = bn_trit5_groups(kp), g2 = kp / 16, runs = quads / 20, rest = quads % 20;
-    for (int tile = 0; tile < n_tiles; tile++) {
-        const uint8_t *in = tiles5 + (size_t)tile * g5 * 64;
-        uint8_t *out = tiles2 + (size_t)tile * g2 * 64;
-        for (int r = 0; r < runs; r++) unpack5_run(in + (size_t)r * 4 * 64, out + (size_t)r * 5 * 64, 20);
-        in += (size_t)runs * 4 * 64;
-        out += (size_t)runs * 5 * 64;
-        switch (rest) { /* kp is a multiple of 16: whole output groups of 4 quads */
-            case 16: unpack5_run(in, out, 16); break;
-            case 12: unpack5_run(in, out, 12); break;
-            case 8: unpack5_run(in, out, 8); break;
-            case 4: unpack5_run(in, out, 4); break;
-            default: break;
-        }
-    }
+    const int g5 = bn_trit5_groups(kp), g2 = kp / 16;
+    for (int tile = 0; tile < n_tiles; tile++)
+        BN_UNPACK5_RUNS(unpack5_run, tiles5 + (size_t)tile * g5 * 64, tiles2 + (size_t)tile * g2 * 64, kp / 4);
 }
 
 /* The same unpacking with AVX512-VBMI's byte permutes (Zen 4, Ice Lake and later Intel; not Skylake-X or Cascade
@@ -260,21 +248,11 @@ __attribute__((target("avx512vbmi"))) static void unpack5_vbmi(const uint8_t *ti
         t.f4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[0] + 64 * i));
         t.c4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[1] + 64 * i));
     }
-    const int quads = kp / 4, g5 = bn_trit5_groups(kp), g2 = kp / 16, runs = quads / 20, rest = quads % 20;
-    for (int tile = 0; tile < n_tiles; tile++) {
-        const uint8_t *in = tiles5 + (size_t)tile * g5 * 64;
-        uint8_t *out = tiles2 + (size_t)tile * g2 * 64;
-        for (int r = 0; r < runs; r++) unpack5_vbmi_run(&t, in + (size_t)r * 4 * 64, out + (size_t)r * 5 * 64, 20);
-        in += (size_t)runs * 4 * 64;
-        out += (size_t)runs * 5 * 64;
-        switch (rest) {
-            case 16: unpack5_vbmi_run(&t, in, out, 16); break;
-            case 12: unpack5_vbmi_run(&t, in, out, 12); break;
-            case 8: unpack5_vbmi_run(&t, in, out, 8); break;
-            case 4: unpack5_vbmi_run(&t, in, out, 4); break;
-            default: break;
-        }
-    }
+    const int g5 = bn_trit5_groups(kp), g2 = kp / 16;
+#define VBMI_RUN(in, out, nq) unpack5_vbmi_run(&t, in, out, nq)
+    for (int tile = 0; tile < n_tiles; tile++)
+        BN_UNPACK5_RUNS(VBMI_RUN, tiles5 + (size_t)tile * g5 * 64, tiles2 + (size_t)tile * g2 * 64, kp / 4);
+#undef VBMI_RUN
 }
 
 /* The unpacking this CPU runs fastest (the path's table entry unpack5, the batches of ternary5_matmul). BITNET_NO_VBMI

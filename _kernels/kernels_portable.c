@@ -6,29 +6,25 @@
  */
 #include "kernels.h"
 
-static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
-                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16;
-    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
-        const uint8_t *wt = codes + (size_t)tile * groups * 64;
-        for (int t = 0; t < T; t++) {
-            const int8_t *x = xq + (size_t)t * kp;
-            int32_t acc[16] = {0};
-            for (int g = 0; g < groups; g++) {
-                const uint8_t *p = wt + g * 64;
-                const int8_t *xg = x + g * 16;
-                for (int i = 0; i < 16; i++)
-                    for (int j = 0; j < 4; j++) {
-                        const unsigned b = p[4 * i + j];
-                        acc[i] += (int)(b & 3) * xg[j] + (int)((b >> 2) & 3) * xg[4 + j] +
-                                  (int)((b >> 4) & 3) * xg[8 + j] + (int)(b >> 6) * xg[12 + j];
-                    }
+/* y[n] = (acc[i] - xsum) * xinv * row_scale[n] for the 16 rows n = 16 tile + i of a ternary tile */
+static void store_rows(const int32_t acc[16], int tile, int32_t xsum, float xinv, const float *row_scale, float *y) {
+    for (int i = 0; i < 16; i++) {
+        const int n = tile * 16 + i;
+        y[n] = (float)(acc[i] - xsum) * xinv * row_scale[n];
+    }
+}
+
+/* acc[i] += sum_k code(row i, k) * x[k] for one 16-row tile: 2-bit codes (groups of 16 columns) */
+static void tile_dot2(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16]) {
+    for (int g = 0; g < kp / 16; g++) {
+        const uint8_t *p = wt + g * 64;
+        const int8_t *xg = x + g * 16;
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 4; j++) {
+                const unsigned b = p[4 * i + j];
+                acc[i] += (int)(b & 3) * xg[j] + (int)((b >> 2) & 3) * xg[4 + j] +
+                          (int)((b >> 4) & 3) * xg[8 + j] + (int)(b >> 6) * xg[12 + j];
             }
-            for (int i = 0; i < 16; i++) {
-                const int n = tile * 16 + i;
-                y[(size_t)t * ldy + n] = (float)(acc[i] - xsum[t]) * xinv[t] * row_scale[n];
-            }
-        }
     }
 }
 
@@ -38,26 +34,37 @@ static inline int trit(unsigned q, int d) {
     return (int)((3 * ((q * POW3[d]) & 255)) >> 8);
 }
 
+/* the same from 1.6-bit codes (groups of 20 columns, the last one possibly partial) */
+static void tile_dot5(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16]) {
+    const int quads = kp / 4;
+    for (int g = 0; g < bn_trit5_groups(kp); g++) {
+        const int nd = quads - 5 * g < BN_TRIT5_QUADS ? quads - 5 * g : BN_TRIT5_QUADS;
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 4; j++)
+                for (int d = 0; d < nd; d++) acc[i] += trit(wt[g * 64 + 4 * i + j], d) * x[4 * (5 * g + d) + j];
+    }
+}
+
+/* kernels.h's ternary_matmul for tiles of tile_bytes each, through one tile's dot products */
+static void walk_tiles(void (*tile_dot)(const uint8_t *, int, const int8_t *, int32_t *), size_t tile_bytes,
+                       const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum,
+                       const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int t = 0; t < T; t++) {
+            int32_t acc[16] = {0};
+            tile_dot(codes + (size_t)tile * tile_bytes, kp, xq + (size_t)t * kp, acc);
+            store_rows(acc, tile, xsum[t], xinv[t], row_scale, y + (size_t)t * ldy);
+        }
+}
+
+static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                           const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    walk_tiles(tile_dot2, (size_t)kp / 16 * 64, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+}
+
 static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int quads = kp / 4, groups = bn_trit5_groups(kp);
-    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
-        const uint8_t *wt = codes + (size_t)tile * groups * 64;
-        for (int t = 0; t < T; t++) {
-            const int8_t *x = xq + (size_t)t * kp;
-            int32_t acc[16] = {0};
-            for (int g = 0; g < groups; g++) {
-                const int nd = quads - 5 * g < BN_TRIT5_QUADS ? quads - 5 * g : BN_TRIT5_QUADS;
-                for (int i = 0; i < 16; i++)
-                    for (int j = 0; j < 4; j++)
-                        for (int d = 0; d < nd; d++) acc[i] += trit(wt[g * 64 + 4 * i + j], d) * x[4 * (5 * g + d) + j];
-            }
-            for (int i = 0; i < 16; i++) {
-                const int n = tile * 16 + i;
-                y[(size_t)t * ldy + n] = (float)(acc[i] - xsum[t]) * xinv[t] * row_scale[n];
-            }
-        }
-    }
+    walk_tiles(tile_dot5, (size_t)bn_trit5_groups(kp) * 64, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
 }
 
 /* 1.6-bit tiles -> 2-bit tiles: quad m's codes (digit m % 5 of group m / 5) into field m % 4 of group m / 4 */
