@@ -3,17 +3,20 @@ import os
 
 import streamlit as st
 
-from bitnet_app.ui import chat_view, compare_view, first_run, loading, sidebar, sources, state, style, suggestions
+from bitnet_app.ui import (chat_view, compare_view, first_run, loading, model_choices, page_script, sidebar, state,
+                           style, suggestions)
 
 # The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
 ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "icon.png")
+SIDEBAR_PX = 360  # wide enough for the picker's names and sizes (a number: open on a desktop, at this width)
 st.set_page_config(page_title="BitNet chat", page_icon=ICON if os.path.isfile(ICON) else None, layout="wide",
-                   initial_sidebar_state="expanded")
+                   initial_sidebar_state=SIDEBAR_PX)
 style.inject()
+page_script.inject()
 state.init()
 busy = state.busy()
 
-source, about = sidebar.model_picker(busy)
+source, about, picker_shows_demo = sidebar.model_picker(busy)
 if source is None:
     st.info("Type a Hub repo id (owner/name) or a checkpoint folder in the sidebar to begin.")
     st.stop()
@@ -21,9 +24,11 @@ try:  # a Hub model that cannot be downloaded for want of a network opens the bu
     loaded, fell_back = loading.ensure_model_or_demo(source, int(st.session_state.threads))
 except loading.LoadFailure as failure:
     first_run.show_failure(failure, source.label)
+if fell_back is not None and not picker_shows_demo:
+    st.rerun()  # found out just now: once more, so that the picker names the demo model that runs
 if fell_back is not None:
     first_run.show_fallback(fell_back, source.label, busy)
-running = sources.demo_source() if fell_back is not None else source  # the model that actually runs
+running = model_choices.demo_source() if fell_back is not None else source  # the model that actually runs
 model_label = running.label
 
 model = loaded.model
@@ -41,7 +46,7 @@ if not model.info()["isa_simd"]:  # the portable path
 
 view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=busy, required=True,
                             label_visibility="collapsed")
-prompts = suggestions.for_folder(sources.folder_of(running))
+prompts = suggestions.for_folder(model_choices.folder_of(running))
 if view == "Compare":
     compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads),
                                                                   loading.kv_setting()), prompts)

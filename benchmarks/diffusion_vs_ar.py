@@ -1,24 +1,28 @@
 """Block diffusion against AR on one model's held-out prompts: speed, tokens per step, and the step's cost.
 
     python -m benchmarks.diffusion_vs_ar [--model assets/demo-model] [--prompts-file assets/demo-prompts.json]
-        [--limit N] [--max-new-tokens N] [--repeats 3] [--threads 2] [--attention block] [--json out.json]
+        [--limit N] [--max-new-tokens N] [--repeats 3] [--threads 2] [--attention block] [--fill-rule threshold]
+        [--json out.json]
 
 Prompts: a JSON file {"skills": [...], "open": [...]}, each entry the content of ONE user message, rendered
 with the model's chat template (Model.chat_ids); the two sets are reported separately.
 Decoding: greedy, with everything else as the app runs it by default (Model.generate with the model's
-diffusion defaults and DecodeParams': block, sub-block, threshold, DualCache, max_new_tokens); beside it,
+diffusion defaults and DecodeParams': block, sub-block, threshold, fill rule, DualCache, max_new_tokens); beside it,
 the same with the other DualCache setting. --sampled: the model's own sampling instead (its
 generation_config.json: what the app starts from), seeded so that every run of a reply draws the same ids;
 the "reply = AR" columns then compare draws, not decoders. --attention overrides the checkpoint's pattern (a random
 engine file of the 2B-4T shape, `python -m bitnet_app bench --synthetic 2b4t`, is not trained for
-diffusion and defaults to causal).
+diffusion and defaults to causal); --fill-rule overrides the app's fill rule (exact under causal attention,
+threshold under block attention).
 
 Timing: every reply runs --repeats times; greedy decoding makes each run the same work, so the fastest
 run counts (the machine is shared). Times are the decoders' own (work inside the generator, Python
 included, never across a yield: Done.stats total_s and its parts).
 
-Reported per prompt set and setting: tokens per denoising step (all tokens / all steps), tokens per
-forward (block commits and prefill counted), the share of prompts whose whole reply equals AR's (and
+Reported per prompt set and setting: tokens per denoising step (all tokens / all steps: the tokens that stand),
+tokens per forward (block commits and prefill counted), the share of drafted slots (filled above the threshold)
+that were kept (the exact rule drops those that are not AR's; the threshold rule keeps all), the share of
+prompts whose whole reply equals AR's (and
 equals the exact decoder's, for DualCache), committed tokens/s and its ratio to AR's in the same run.
 Calibration: how often greedy AR with the other LM head (int8 / exact) gives the same whole reply; two
 decoders that differ only by the rounding of the logits part at near-ties, so this is a realistic ceiling.
@@ -64,7 +68,8 @@ def fastest(model, ids, repeats: int, **params):
 
 
 def totals(dones) -> dict:
-    keys = ("tokens", "forwards", "steps", "total_s", "engine_s", "step_s", "step_engine_s", "prefill_s")
+    keys = ("tokens", "forwards", "steps", "total_s", "engine_s", "step_s", "step_engine_s", "prefill_s", "drafted",
+            "kept")
     return {k: sum(d.stats.get(k, 0) for d in dones) for k in keys}
 
 
@@ -77,6 +82,7 @@ def diffusion_row(name: str, dones, ar, exact=None) -> dict:
     row = {
         "setting": name, "prompts": len(dones), "tokens": t["tokens"], "steps": t["steps"],
         "tokens_per_step": t["tokens"] / steps, "tokens_per_forward": t["tokens"] / max(t["forwards"], 1),
+        "drafted": t["drafted"], "kept_share": t["kept"] / t["drafted"] if t["drafted"] else 1.0,
         "same_as_ar": sum(d.ids == r.ids for d, r in zip(dones, ar)) / len(dones),
         "tok_s": t["tokens"] / t["total_s"], "ar_tok_s": a["tokens"] / a["total_s"],
         # one denoising step as the app runs it, and its parts (ms)
@@ -99,15 +105,16 @@ def diffusion_row(name: str, dones, ar, exact=None) -> dict:
     return row
 
 
-def run_set(model, twin, texts, repeats: int, common: dict, dual_default: bool, attention) -> dict:
+def run_set(model, twin, texts, repeats: int, common: dict, dual_default: bool, diffusion: dict) -> dict:
     """twin: the same model with the other LM head; its greedy AR replies calibrate the agreement columns
-    (how often two decoders that differ only by the rounding of the logits give the same whole reply)."""
+    (how often two decoders that differ only by the rounding of the logits give the same whole reply);
+    diffusion: the diffusion knobs set on the command line (attention, fill_rule; None: the app's)."""
     prompts = [model.chat_ids([{"role": "user", "content": t}]) for t in texts]
     ar = [fastest(model, p, repeats, mode="ar", **common) for p in prompts]
     twin_ar = [fastest(twin, p, 1, mode="ar", **common) for p in prompts]
     diff = {}
     for dual in (dual_default, not dual_default):  # the app's setting first: it is the exact reference if off
-        diff[dual] = [fastest(model, p, repeats, mode="diffusion", dual_cache=dual, attention=attention, **common)
+        diff[dual] = [fastest(model, p, repeats, mode="diffusion", dual_cache=dual, **diffusion, **common)
                       for p in prompts]
     name = {False: "diffusion", True: "diffusion + DualCache"}
     rows = [diffusion_row(name[dual] + (" (app default)" if dual == dual_default else ""), diff[dual], ar,
@@ -184,13 +191,14 @@ def print_report(header: str, results: dict) -> None:
         print(f"\n{set_name}: {r0['prompts']} prompts, AR {res['ar_tokens']} tokens at {r0['ar_tok_s']:.1f} tok/s "
               f"({r0['ar_token_ms']:.3f} ms per AR token, engine {r0['ar_token_forward_ms']:.3f}); AR with the other "
               f"LM head gives the same whole reply on {100 * res['other_head_same_as_ar']:.0f}% of them\n")
-        print("| setting | tokens / step | tokens / forward | reply = AR | reply = exact decoder | tok/s | vs AR "
-              "| step ms (forward + sampling + other) | step / AR token | commits ms per step | break-even tokens / step |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| setting | tokens / step | tokens / forward | drafts kept | reply = AR | reply = exact decoder | tok/s "
+              "| vs AR | step ms (forward + sampling + other) | step / AR token | commits ms per step "
+              "| break-even tokens / step |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             exact = f"{100 * r['same_as_exact']:.0f}%" if "same_as_exact" in r else "(is the exact decoder)"
             print(f"| {r['setting']} | {r['tokens_per_step']:.2f} | {r['tokens_per_forward']:.2f} "
-                  f"| {100 * r['same_as_ar']:.0f}% | {exact} | {r['tok_s']:.1f} | {r['vs_ar']:.2f}x "
+                  f"| {100 * r['kept_share']:.0f}% of {r['drafted']} | {100 * r['same_as_ar']:.0f}% | {exact} | {r['tok_s']:.1f} | {r['vs_ar']:.2f}x "
                   f"| {r['step_ms']:.3f} ({r['step_forward_ms']:.3f} + {r['step_sampling_ms']:.3f} + "
                   f"{r['step_other_ms']:.3f}) | {r['step_over_ar_token']:.2f} | {r['commits_per_step_ms']:.3f} "
                   f"| {r['break_even_tokens_per_step']:.2f} |")
@@ -225,6 +233,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lm-head", default="int8", choices=("int8", "exact"))
     ap.add_argument("--attention", choices=("block", "causal"), help="default: the checkpoint's")
+    ap.add_argument("--fill-rule", choices=("exact", "threshold"),
+                    help="default: the app's (exact under causal attention, threshold under block attention)")
     ap.add_argument("--sub-block", type=int, help="sub-block size; default: the app's for this checkpoint")
     ap.add_argument("--sampled", action="store_true",
                     help="the model's own sampling (seeded), as the app starts, instead of greedy decoding")
@@ -238,6 +248,8 @@ def main(argv=None):
     model = bitnet_app.load_model(args.model, threads=args.threads, lm_head=args.lm_head)
     sets = {} if args.steps_only else load_prompts(args.prompts_file, args.limit)
     knobs = {**model.diffusion_defaults, **({"attention": args.attention} if args.attention else {})}
+    diffusion = {"attention": args.attention, "fill_rule": args.fill_rule}
+    knobs["fill_rule"] = model.decode_params(mode="diffusion", **diffusion).fill_rule  # the one the runs use
     dual_default = KNOBS["dual_cache"].default
     sampling = model.generation_defaults  # what the app's sampler starts from for this model
     common = {**sampling, "seed": 1} if args.sampled else {"temperature": 0.0}
@@ -253,7 +265,7 @@ def main(argv=None):
     if not args.steps_only:
         other = "exact" if args.lm_head == "int8" else "int8"
         twin = bitnet_app.load_model(args.model, threads=args.threads, lm_head=other)
-        results = {name: run_set(model, twin, texts, args.repeats, common, dual_default, args.attention)
+        results = {name: run_set(model, twin, texts, args.repeats, common, dual_default, diffusion)
                    for name, texts in sets.items()}
         twin.close()
     info = model.info()
@@ -261,6 +273,7 @@ def main(argv=None):
               f"{info['isa']}, {info['threads']} threads, {args.lm_head} head; "
               f"{f'sampled {sampling}, seed 1' if args.sampled else 'greedy'}, block {knobs['block_size']}, "
               f"sub-block {knobs['sub_block_size']}, threshold {knobs['threshold']}, attention {knobs['attention']}, "
+              f"fill rule {knobs['fill_rule']}, "
               f"DualCache {'on' if dual_default else 'off'} by default, max {max_new} new tokens")
     header += "" if args.steps_only else f"; fastest of {args.repeats} runs per reply"
     print_report(header, results)

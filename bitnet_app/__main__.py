@@ -17,16 +17,16 @@ and exits with status 2.
 """
 import argparse
 import json
+import re
 import sys
 import time
 
+from .checkpoint.shapes import SHAPES
 from .engine import kernel_paths
 
-# checkpoint/synthetic.py SHAPES (named here so the parser is built without importing numpy)
 PACKINGS = ("2bit", "1.6bit")  # engine/packing.py PACKINGS: the layouts of the ternary tiles
 KV_CHOICES = ("f32", "f16", "i8")  # engine/runtime.py KV_TYPES: the KV cache's element types
-SYNTHETIC_SHAPES = ("2b4t", "falcon3-1b", "falcon3-3b", "falcon3-7b", "falcon3-10b", "llama3-8b", "bitnet-3b", "tiny",
-                    "tiny-llama", "tiny-1bitllm")
+SYNTHETIC_SHAPES = tuple(SHAPES)   # the shapes of `bench --synthetic` (plain data, not the writer: synthetic.py)
 
 
 def _progress_printer(label: str):
@@ -72,16 +72,45 @@ def cmd_convert(args) -> int:
 
 
 def _decode_params(args):
-    """DecodeParams from the generate flags (ValueError, one line and exit 2, on a bad value)."""
+    """The CLI's one DecodeParams, from the generate flags (a flag not given is None: the default, or the
+    checkpoint's value, which Model.generate fills in); a bad value is a ValueError naming its flag: one line,
+    exit 2."""
     from .params import KNOBS, DecodeParams
 
-    return DecodeParams.from_kwargs(**{name: getattr(args, name) for name in KNOBS})
+    try:
+        return DecodeParams.from_kwargs(**{name: getattr(args, name) for name in KNOBS})
+    except ValueError as exc:
+        raise ValueError(in_flag_words(str(exc))) from None
+
+
+def in_flag_words(message: str) -> str:
+    """A DecodeParams message as the command line says it: a knob's name becomes its flag (max_new_tokens ->
+    --max-new-tokens; a one-word name only where it opens the message, where it cannot be a plain word), and
+    "or None", the API's way to leave a knob unset, goes (leaving the flag out does that here)."""
+    from .params import KNOBS
+
+    names = sorted(KNOBS, key=len, reverse=True)
+    pattern = r"\b(" + "|".join(n for n in names if "_" in n) + r")\b|^(" + "|".join(names) + r")\b"
+    flagged = re.sub(pattern, lambda m: "--" + (m.group(1) or m.group(2)).replace("_", "-"), message)
+    return flagged.replace(" or None", "")
+
+
+def _check_room(args, prompt_tokens: int, context: int) -> None:
+    """--max-new-tokens beyond what the context holds after the prompt: say so (the reply stops at the context's
+    end) rather than stop there silently."""
+    room = context - prompt_tokens
+    if args.max_new_tokens is not None and args.max_new_tokens > room:
+        print(f"notice: --max-new-tokens {args.max_new_tokens} is more than fits: the model's context holds "
+              f"{context} tokens and the prompt takes {prompt_tokens}, so the reply stops after at most {room}",
+              file=sys.stderr, flush=True)
 
 
 def cmd_generate(args) -> int:
     from .decode.events import Done, Token
     from .model import Model
 
+    if not args.prompt.strip():
+        raise ValueError("--prompt is empty: give the text to answer (or, with --raw, to continue)")
     params = _decode_params(args)  # checked before any model work
     model = Model.open(_model_file(args.model), lm_head=args.lm_head, threads=args.threads, kv=args.kv)
     if args.raw:
@@ -89,8 +118,9 @@ def cmd_generate(args) -> int:
     else:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         ids = model.chat_ids(messages + [{"role": "user", "content": args.prompt}])
+    _check_room(args, len(ids), model.context_length)
     streamed = ""
-    for ev in model.generate(ids, **params.kwargs()):
+    for ev in model.generate(ids, params):
         if isinstance(ev, Token) and ev.text:
             streamed += ev.text
             sys.stdout.write(ev.text)
@@ -122,6 +152,11 @@ def cmd_bench(args) -> int:
 
 MODEL_HELP = ("engine file, checkpoint folder, Hub repo id, or 'demo' (the bundled demo model; also used, with a "
               "notice, when a Hub repo cannot be downloaded for want of a network)")
+
+
+LM_HEAD_HELP = ("the output layer: int8 (default, fast) or exact (bf16 weights and an fp32 KV cache: the reference, "
+                "slower)")
+THREADS_HELP = "CPU threads for the engine (default: every core, or BITNET_THREADS)"
 
 
 def _number(text: str):
@@ -169,16 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate a reply, streamed to stdout")
     g.add_argument("--model", required=True, help=MODEL_HELP)
-    g.add_argument("--prompt", required=True)
+    g.add_argument("--prompt", required=True, help="the text to answer (the user's message; with --raw, the text "
+                                                   "to continue)")
     _add_decode_flags(g)
     form = g.add_mutually_exclusive_group()
     form.add_argument("--chat", dest="raw", action="store_false", help="wrap the prompt in the chat template (default)")
     form.add_argument("--raw", dest="raw", action="store_true", help="use the prompt text as is (BOS added)")
     g.add_argument("--system", help="system prompt (chat form only)")
-    g.add_argument("--lm-head", choices=("int8", "exact"), default="int8")
+    g.add_argument("--lm-head", choices=("int8", "exact"), default="int8", help=LM_HEAD_HELP)
     g.add_argument("--kv", choices=KV_CHOICES, help="KV cache: f16 (default with the int8 head), f32, or i8 "
                                                      "(int8, a scale per head and position: half fp16's bytes)")
-    g.add_argument("--threads", type=int)
+    g.add_argument("--threads", type=int, help=THREADS_HELP)
     g.set_defaults(func=cmd_generate, raw=False)
 
     b = sub.add_parser("bench", help="engine speed: tg128, pp128, block forwards, bytes per token")
@@ -186,10 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help=MODEL_HELP)
     src.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, help="random weights of a named shape")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
-    b.add_argument("--threads", type=int)
+    b.add_argument("--threads", type=int, help=THREADS_HELP)
     b.add_argument("--isa", choices=kernel_paths.names(),
                    help="force a kernel path (the *-emulated ones: those kernels written in AVX2 or C, for tests)")
-    b.add_argument("--lm-head", choices=("int8", "exact"), default="int8")
+    b.add_argument("--lm-head", choices=("int8", "exact"), default="int8", help=LM_HEAD_HELP)
     b.add_argument("--kv", choices=KV_CHOICES, help="KV cache (default f16 with the int8 head)")
     b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")
     b.add_argument("--keep", action="store_true",

@@ -1,6 +1,7 @@
 """The public 1.58-bit checkpoints the app knows by name, and what each needs on this machine.
 
-    ENTRIES                        repo id -> Entry (shapes from reference/model-families.md)
+    ENTRIES                        repo id -> Entry (shapes from the published config.json files, collected in
+                                   the team's shared reference on model families, not part of this repository)
     needs(entry, roof_gb_s, packing) -> Needs: download, engine file, memory to run, bytes per token, expected tok/s
                                       (packing: the engine's ternary tiles, "2bit" or "1.6bit": body / 4 or / 5)
     read_roof_gb_s(threads)        -> GB/s the engine's threads reach reading memory (measured, ~1 s)
@@ -19,10 +20,12 @@ The arithmetic, per model (body = the seven ternary projections of every layer):
     expected     read roof / bytes per token: the ceiling a decode step can reach (the engine reaches 86..94% of
                  it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md, session 7)
 Every figure is an estimate from the published shapes, not a measurement of the model; shapes marked
-`verified=False` come from the fact sheet's best estimate.
+`verified=False` are that reference's best estimate (no config.json was seen). A model's family (its rules,
+among them whether its head is tied) is its record in checkpoint/families.py.
 """
 from dataclasses import dataclass
 
+from .checkpoint.families import FAMILIES
 from .machine import available_ram, read_roof_gb_s  # noqa: F401  (for the page: see above)
 
 KV_CONTEXT = 4096   # conversation length the memory figure assumes
@@ -32,7 +35,7 @@ KV_CONTEXT = 4096   # conversation length the memory figure assumes
 class Entry:
     repo: str
     name: str        # for people
-    family: str      # "bitnet" | "llama" | "1bitllm"
+    family: str      # a name of checkpoint/families.py FAMILIES: "bitnet" | "llama" | "1bitllm"
     hidden: int
     intermediate: int
     layers: int
@@ -41,10 +44,18 @@ class Entry:
     head_dim: int
     vocab: int
     context: int
-    tied: bool
     weights: str     # "packed" (U8 + weight_scale) | "latent" (bf16 / fp16 master weights)
     chat: bool       # has a chat template (else: completion)
     verified: bool = True
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.repo}: unknown family {self.family!r} (checkpoint/families.py)")
+
+    @property
+    def tied(self) -> bool:
+        """The head is the embedding (its family's rule)."""
+        return FAMILIES[self.family].tied_head
 
     @property
     def body(self) -> int:
@@ -73,29 +84,34 @@ class Needs:
     expected_tok_s: float | None   # None when the read roof is unknown
 
 
-def _e(repo, name, family, D, I, L, H, G, hd, V, ctx, tied, weights, chat, verified=True) -> Entry:
-    return Entry(repo, name, family, D, I, L, H, G, hd, V, ctx, tied, weights, chat, verified)
-
-
 ENTRIES = {e.repo: e for e in (
-    _e("microsoft/bitnet-b1.58-2B-4T", "BitNet b1.58 2B-4T (Microsoft)", "bitnet",
-       2560, 6912, 30, 20, 5, 128, 128256, 4096, True, "packed", True),
-    _e("microsoft/bitnet-b1.58-2B-4T-bf16", "BitNet b1.58 2B-4T, bf16 master weights", "bitnet",
-       2560, 6912, 30, 20, 5, 128, 128256, 4096, True, "latent", True),
-    _e("tiiuae/Falcon3-1B-Instruct-1.58bit", "Falcon3 1B Instruct 1.58-bit (TII)", "llama",
-       2048, 8192, 18, 8, 4, 256, 131072, 8192, False, "packed", True),
-    _e("tiiuae/Falcon3-3B-Instruct-1.58bit", "Falcon3 3B Instruct 1.58-bit (TII)", "llama",
-       3072, 9216, 22, 12, 4, 256, 131072, 4096, False, "packed", True, verified=False),
-    _e("tiiuae/Falcon3-7B-Instruct-1.58bit", "Falcon3 7B Instruct 1.58-bit (TII)", "llama",
-       3072, 23040, 28, 12, 4, 256, 131072, 8192, False, "packed", True),
-    _e("tiiuae/Falcon3-10B-Instruct-1.58bit", "Falcon3 10B Instruct 1.58-bit (TII)", "llama",
-       3072, 23040, 40, 12, 4, 256, 131072, 32768, False, "packed", True, verified=False),
-    _e("HF1BitLLM/Llama3-8B-1.58-100B-tokens", "Llama3 8B 1.58-bit, 100B tokens (HF1BitLLM)", "llama",
-       4096, 14336, 32, 32, 8, 128, 128256, 8192, False, "packed", True, verified=False),
-    _e("1bitLLM/bitnet_b1_58-large", "bitnet_b1_58-large, the 2024 paper's reproduction (base model)", "1bitllm",
-       1536, 4096, 24, 16, 16, 96, 32002, 2048, True, "latent", False),
-    _e("1bitLLM/bitnet_b1_58-3B", "bitnet_b1_58-3B, the 2024 paper's reproduction (base model)", "1bitllm",
-       3200, 8640, 26, 32, 32, 100, 32002, 2048, True, "latent", False, verified=False),
+    Entry("microsoft/bitnet-b1.58-2B-4T", "BitNet b1.58 2B-4T (Microsoft)", "bitnet",
+          hidden=2560, intermediate=6912, layers=30, heads=20, kv_heads=5, head_dim=128, vocab=128256, context=4096,
+          weights="packed", chat=True),
+    Entry("microsoft/bitnet-b1.58-2B-4T-bf16", "BitNet b1.58 2B-4T, bf16 master weights", "bitnet",
+          hidden=2560, intermediate=6912, layers=30, heads=20, kv_heads=5, head_dim=128, vocab=128256, context=4096,
+          weights="latent", chat=True),
+    Entry("tiiuae/Falcon3-1B-Instruct-1.58bit", "Falcon3 1B Instruct 1.58-bit (TII)", "llama",
+          hidden=2048, intermediate=8192, layers=18, heads=8, kv_heads=4, head_dim=256, vocab=131072, context=8192,
+          weights="packed", chat=True),
+    Entry("tiiuae/Falcon3-3B-Instruct-1.58bit", "Falcon3 3B Instruct 1.58-bit (TII)", "llama",
+          hidden=3072, intermediate=9216, layers=22, heads=12, kv_heads=4, head_dim=256, vocab=131072, context=4096,
+          weights="packed", chat=True, verified=False),
+    Entry("tiiuae/Falcon3-7B-Instruct-1.58bit", "Falcon3 7B Instruct 1.58-bit (TII)", "llama",
+          hidden=3072, intermediate=23040, layers=28, heads=12, kv_heads=4, head_dim=256, vocab=131072, context=8192,
+          weights="packed", chat=True),
+    Entry("tiiuae/Falcon3-10B-Instruct-1.58bit", "Falcon3 10B Instruct 1.58-bit (TII)", "llama",
+          hidden=3072, intermediate=23040, layers=40, heads=12, kv_heads=4, head_dim=256, vocab=131072, context=32768,
+          weights="packed", chat=True, verified=False),
+    Entry("HF1BitLLM/Llama3-8B-1.58-100B-tokens", "Llama3 8B 1.58-bit, 100B tokens (HF1BitLLM)", "llama",
+          hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=128256, context=8192,
+          weights="packed", chat=True, verified=False),
+    Entry("1bitLLM/bitnet_b1_58-large", "bitnet_b1_58-large, the 2024 paper's reproduction (base model)", "1bitllm",
+          hidden=1536, intermediate=4096, layers=24, heads=16, kv_heads=16, head_dim=96, vocab=32002, context=2048,
+          weights="latent", chat=False),
+    Entry("1bitLLM/bitnet_b1_58-3B", "bitnet_b1_58-3B, the 2024 paper's reproduction (base model)", "1bitllm",
+          hidden=3200, intermediate=8640, layers=26, heads=32, kv_heads=32, head_dim=100, vocab=32002, context=2048,
+          weights="latent", chat=False, verified=False),
 )}
 
 

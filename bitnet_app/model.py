@@ -4,6 +4,8 @@
     ids = m.chat_ids([{"role": "user", "content": "Hi"}])
     for ev in m.generate(ids, max_new_tokens=64, temperature=0.7, seed=1): ...   # Token ... Done
     m.complete(ids, max_new_tokens=16)        # -> generated ids (stop id excluded)
+    p = m.decode_params(mode="diffusion")     # the one checked DecodeParams, the checkpoint's values filled in
+    m.generate(ids, p); m.complete(ids, p)    # the same, from a DecodeParams
     m.logits(ids)                             # -> (len(ids), V) float32, fresh causal forward from 0
 
 One Model drives one engine, so one generation at a time: starting a generation or calling logits()
@@ -17,18 +19,17 @@ import os
 import numpy as np
 
 from .decode.ar import generate_ar
-from .checkpoint.config import ternary_weight_count
 from .decode.context import ContextOverflow, check_prompt_fits
+from .decode.diffusion import generate_diffusion
 from .decode.events import Done
-from .decode.sampling import Sampler
-from .engine.file import EngineFile
+from .engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE, EngineFile
 from .engine.kernel_paths import BY_NAME as KERNEL_PATHS
 from .engine.runtime import Engine
+from .engine.shapes import parameter_count
 from .machine import process_rss, total_ram
-from .params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE, KNOBS, DecodeParams
+from .params import KNOBS, DecodeParams, ParameterTypeError
 from .text import chat
 from .text.tokenizer import Tokenizer
-
 
 
 class Model:
@@ -101,10 +102,10 @@ class Model:
         its metadata; sub-block size and threshold from its dlm_config.json when it suggests them, else
         from DecodeParams)."""
         d = self.meta.get("diffusion") or {}
-        return {"block_size": int(d.get("block_size") or DEFAULT_BLOCK_SIZE),
+        return {"block_size": int(d.get("block_size") or TRAINED_BLOCK_SIZE),
                 "sub_block_size": int(d.get("sub_block_size") or KNOBS["sub_block_size"].default),
                 "threshold": float(d.get("threshold") or KNOBS["threshold"].default),
-                "attention": d.get("attention") or DEFAULT_ATTENTION,
+                "attention": d.get("attention") or PLAIN_ATTENTION,
                 "mask_id": self.mask_id if self.mask_id is not None else self.spare_mask_id()}
 
     @property
@@ -118,6 +119,14 @@ class Model:
         return {"temperature": float(g.get("temperature", 1.0)), "top_p": float(g.get("top_p") or ours["top_p"]),
                 "top_k": int(g.get("top_k") or ours["top_k"]),
                 "repetition_penalty": float(g.get("repetition_penalty") or ours["repetition_penalty"])}
+
+    def suggested_params(self) -> DecodeParams:
+        """Where a UI starts for this checkpoint: its sampling settings (generation_defaults) and its diffusion
+        knobs (diffusion_defaults, the suggested sub-block size and threshold included), resolved."""
+        d = self.diffusion_defaults
+        start = DecodeParams.from_kwargs(**self.generation_defaults, sub_block_size=d["sub_block_size"],
+                                         threshold=d["threshold"])
+        return start.resolve(d, vocab_size=self.vocab_size)
 
     def info(self) -> dict:
         cfg = self.config
@@ -133,12 +142,7 @@ class Model:
 
     def parameter_count(self) -> int:
         """Logical parameters of the checkpoint (a tied head counted once), from the config shapes."""
-        c = self.config
-        d, i, layers = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["num_hidden_layers"])
-        subs = c.get("sub_norms", True)
-        norms = layers * (2 * d + (d + i if subs else 0)) + d      # two or four per layer, and the final one
-        heads = 1 if c.get("tie_word_embeddings", True) else 2      # the embedding, and an untied lm_head
-        return ternary_weight_count(c) + norms + heads * self.vocab_size * d
+        return parameter_count(self.config, self.vocab_size)
 
     # ---- text ------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -155,7 +159,7 @@ class Model:
         """Drop the oldest turns (system prompt kept) so the prompt + max_new_tokens fits the context."""
         return chat.trim_history(messages, lambda m: len(self.chat_ids(m)), self.engine.ctx, max_new_tokens)
 
-    # ---- forward ---------------------------------------------------------------------------
+    # ---- logits: one fresh causal forward of the engine ------------------------------------
     def _check_ids(self, ids) -> list[int]:
         """ids as a list of ints; a fraction, a bool or a string is refused, never truncated or coerced."""
         if isinstance(ids, (str, bytes)):
@@ -184,30 +188,32 @@ class Model:
         return out
 
     # ---- decoding --------------------------------------------------------------------------
-    def generate(self, ids, **decode_params):
+    def decode_params(self, params: DecodeParams | None = None, /, **keywords) -> DecodeParams:
+        """The one checked DecodeParams a reply runs with (the API's edge; the page builds its own here too):
+        `params` as given, or the keywords (DecodeParams' names; None means the default), with the knobs left
+        None set from this checkpoint (block size, attention and mask id; AR bans only a real mask token).
+        ValueError on a bad value; params.ParameterTypeError (a TypeError and a ValueError) on an unknown keyword
+        (naming it and listing the known ones) or settings given both ways."""
+        if params is None:
+            params = DecodeParams.from_kwargs(**keywords)
+        elif keywords:
+            raise ParameterTypeError("give a DecodeParams or keywords, not both (got also "
+                                     f"{', '.join(sorted(keywords))})")
+        elif not isinstance(params, DecodeParams):
+            raise ParameterTypeError("decode parameters must be a DecodeParams (bitnet_app.params), not "
+                                     f"{type(params).__name__}")
+        checkpoint = self.diffusion_defaults if params.mode == "diffusion" else {"mask_id": self.mask_id}
+        return params.resolve(checkpoint, vocab_size=self.vocab_size)
+
+    def generate(self, ids, params: DecodeParams | None = None, /, **keywords):
         """Events for a reply to the prompt ids: Token(id, text)... (Step... in diffusion), then Done.
-        decode_params: the DecodeParams fields (bitnet_app/params.py), checked before anything runs."""
-        p = DecodeParams.from_kwargs(**decode_params)
+        The settings: a DecodeParams, or its fields as keywords (see decode_params), checked before anything runs."""
+        p = self.decode_params(params, **keywords)
         ids = self._check_ids(ids)
         check_prompt_fits(len(ids), self.engine.ctx)  # raise here, at the call, not at the first next()
-        if p.mode == "diffusion":
-            p = p.filled(**self.diffusion_defaults)  # diffusion needs a mask id, possibly a stand-in
-        else:
-            p = p.filled(mask_id=self.mask_id)  # AR bans only a real mask token
-        if p.mask_id is not None and p.mask_id >= self.vocab_size:
-            raise ValueError(f"mask_id {p.mask_id} is out of range for this model (vocabulary {self.vocab_size})")
-        sampler = Sampler(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
-                          repetition_penalty=p.repetition_penalty, seed=p.seed,
-                          banned_ids=[] if p.mask_id is None else [p.mask_id],  # the mask is never a prediction
-                          greedy_kernel=self.engine.greedy_rows,  # diffusion's confidences, in C
-                          sample_kernel=self.engine.sample_rows)  # and the random draws
-        common = dict(sampler=sampler, stop_ids=self.stop_ids, max_new_tokens=p.max_new_tokens,
-                      detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids)
-        if p.mode == "ar":
-            return self._exclusive(generate_ar(self.engine, ids, **common))
-        return self._exclusive(_diffusion_generator()(
-            self.engine, ids, **common, block_size=p.block_size, sub_block_size=p.sub_block_size,
-            threshold=p.threshold, attention=p.attention, mask_id=p.mask_id, dual_cache=p.dual_cache))
+        decoder = generate_diffusion if p.mode == "diffusion" else generate_ar
+        return self._exclusive(decoder(self.engine, ids, p, stop_ids=self.stop_ids,
+                                       detokenizer=self.tokenizer.detokenizer(), kv_ids=self._kv_ids))
 
     def _exclusive(self, gen):
         """Run `gen` as the engine's only user: a later generate()/logits() takes the engine over, and
@@ -225,25 +231,24 @@ class Model:
             if self._owner is me:
                 self._owner = None
 
+    def forget_cache(self, keep: int = 0) -> None:
+        """Keep only the first `keep` cached positions (0: none), so that the next reply prefills the rest of its
+        prompt: to time a reply again doing the same work (a reply's stats["reused_tokens"] says how much it found
+        cached), or to start from a cold cache as a freshly loaded model does. Ends an unfinished generator."""
+        self._owner = None
+        keep = max(0, min(int(keep), len(self._kv_ids)))
+        self.engine.truncate(keep)
+        del self._kv_ids[keep:]
+
     def close(self) -> None:
         """Drop the engine (its weights mapping and KV cache are freed once nothing else holds them)."""
         self._owner = None
         self._kv_ids.clear()
         self.engine = None
 
-    def complete(self, ids, **decode_params) -> list[int]:
-        """The generated ids (stop id excluded) of one reply."""
-        for ev in self.generate(ids, **decode_params):
+    def complete(self, ids, params: DecodeParams | None = None, /, **keywords) -> list[int]:
+        """The generated ids (stop id excluded) of one reply; the settings as for generate."""
+        for ev in self.generate(ids, params, **keywords):
             if isinstance(ev, Done):
                 return list(ev.ids)
         raise RuntimeError("the decoder ended without a Done event")
-
-
-def _diffusion_generator():
-    """decode/diffusion.py is written separately; import it only when the mode is asked for."""
-    try:
-        from .decode import diffusion
-    except ImportError as exc:
-        raise NotImplementedError("block diffusion decoding is not available in this build "
-                                  f"(bitnet_app/decode/diffusion.py: {exc}); use mode='ar'") from exc
-    return diffusion.generate_diffusion

@@ -21,6 +21,7 @@ Every failure is an exception with a message that says what to do; kind_of(exc) 
 (not_found, bad_checkpoint, not_bitnet, disk_full, offline, network, gated, error).
 """
 import os
+import stat
 from dataclasses import dataclass, field
 
 from . import demo
@@ -29,7 +30,7 @@ from .checkpoint.disk import ensure_free_space
 from .checkpoint.download import (DEFAULT_REPO, OFFLINE_HINT, UNREACHABLE, HubError, cached_checkpoint,
                                   download_checkpoint, is_repo_id)
 from .engine.cache import converted_path
-from .engine.file import EngineFile, EngineFileError, remove_stale_partials
+from .engine.file import MAGIC, EngineFile, EngineFileError, remove_stale_partials
 
 __all__ = ["prepare", "engine_file_for", "checkpoint_folder", "Prepared", "ModelNotFound", "HubError",
            "kind_of", "DEFAULT_REPO", "OFFLINE_HINT", "UNREACHABLE", "DEMO", "is_repo_id"]
@@ -73,6 +74,8 @@ def prepare(src, *, download_progress=None, convert_progress=None, demo_fallback
         EngineFile(path)  # cheap (header, metadata, sizes): a foreign or truncated file is explained here
         done.path = path
         return done
+    if src != DEMO and os.path.lexists(path) and not os.path.isdir(path):
+        raise _not_a_folder(src, path)  # a device, a FIFO, a dangling link: said so, not "does not exist"
     try:
         folder = _folder(src, download_progress, done)
     except HubError as exc:
@@ -92,6 +95,8 @@ def checkpoint_folder(src, *, download_progress=None) -> str:
     path = os.path.expanduser(src)
     if os.path.isdir(path):
         return _checked_folder(path)
+    if os.path.lexists(path):
+        raise _not_a_folder(src, path)
     if is_repo_id(src):
         return download_checkpoint(src, progress=download_progress)
     raise _not_found(src)
@@ -152,6 +157,39 @@ def _checked_folder(folder: str) -> str:
     if reason:
         raise NotBitNet(reason)
     return folder
+
+
+def _not_a_folder(src: str, path: str) -> ModelNotFound:
+    """What is wrong with a path that exists but is no checkpoint folder: a converted engine file (already converted),
+    another file, or no file at all (a device such as /dev/zero, a FIFO, a socket, a dangling link)."""
+    if not os.path.exists(path):
+        what = "is a symbolic link to something that does not exist"
+    elif os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                engine = f.read(len(MAGIC)) == MAGIC
+        except OSError:  # unreadable: said below as "a file"
+            engine = False
+        if engine:
+            return ModelNotFound(f"{src} is an engine file, converted already: there is nothing to convert. Use it as "
+                                 f"it is (`python -m bitnet_app generate --model {src} ...`, or open it in the app).",
+                                 kind="bad_checkpoint")
+        what = "is a file, not a checkpoint folder"
+    else:
+        what = f"is {_file_kind(path)}, not a model"
+    return ModelNotFound(f"{src} {what}. Give a checkpoint folder (config.json, tokenizer.json, *.safetensors), a "
+                         f"converted .bitnet file, a Hub repo id such as {DEFAULT_REPO}, or `{DEMO}`.",
+                         kind="bad_checkpoint")
+
+
+def _file_kind(path: str) -> str:
+    """'a device', 'a named pipe (FIFO)', 'a socket', or 'not a regular file', for a path that is no file or folder."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
 
 
 def _not_found(src: str) -> ModelNotFound:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from bitnet_app.checkpoint.synthetic import BITNET_CHAT_TEMPLATE  # 2B-4T's chat template
+from bitnet_app.text.chat import BITNET_CHAT_TEMPLATE  # 2B-4T's chat template
 
 BOS, EOS, EOT, MASK = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "|<MASK>|"
 
@@ -165,6 +165,20 @@ def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear"
     truth.update(config=config, vocab_size=V, bos=ids[BOS], eos=ids[EOS], eot=ids[EOT],
                  mask=ids.get(MASK), n_tokenizer=n_tok)
     return truth
+
+
+def edit_json(folder, name, **changes):
+    """Set keys of the JSON object in folder/name; a value of None removes the key."""
+    path = os.path.join(folder, name)
+    with open(path) as f:
+        obj = json.load(f)
+    for k, v in changes.items():
+        if v is None:
+            obj.pop(k, None)
+        else:
+            obj[k] = v
+    with open(path, "w") as f:
+        json.dump(obj, f)
 
 
 def _dump(folder, name, obj):

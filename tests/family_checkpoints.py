@@ -1,5 +1,7 @@
 """Small random checkpoints of the public 1.58-bit families that are not BitNetForCausalLM, each in its real
-Hugging Face on-disk layout (reference/model-families.md), with the shapes that set it apart:
+Hugging Face on-disk layout (as the team's shared reference on model families describes it; that reference is
+not in this repository, bitnet_app/checkpoint/families.py holds the rules the app follows), with the shapes
+that set it apart:
 
   falcon3   tiiuae/Falcon3-*-1.58bit: LlamaForCausalLM + quantization_config {"quant_method": "bitnet"} (no
             linear_class: transformers' BitLinear, weight_scale = 1/mean|W| DIVIDES), packed U8; head_dim 256,
@@ -21,7 +23,8 @@ dict names and shapes, transformers' own pack_weights, safetensors' save_file) a
 For 1bitllm, whose custom code is not available, it also writes `<folder>-reference`: the same weights as
 transformers' BitNetForCausalLM (hidden_act silu, online autobitlinear, the sub-norms under BitNet's names),
 which computes what 1bitLLM's modeling_bitnet.py does. load_family_reference(truth) loads the reference
-in float32 with every BitLinear's compute dtype set to float32 (reference/model-families.md, "the fp32 trap").
+in float32 with every BitLinear's compute dtype set to float32 (that shared reference's "fp32 trap": BitLinear
+computes in the dtype it was built with, bf16 from the checkpoint, whatever its parameters are cast to).
 """
 import json
 import os

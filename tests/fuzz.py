@@ -1,7 +1,7 @@
 """Seeded fuzzing of everything a hostile checkpoint, cache file or caller controls (issue 12).
 
     python -m tests.fuzz                  # the CI size (FAMILIES x CI_CASES), counts printed as JSON
-    python -m tests.fuzz --long           # >= 10,000 cases
+    python -m tests.fuzz --long           # 18,000 cases
     python -m tests.fuzz --cases 50 --family template --seed 3
 
 Families (each case: a seeded mutation of one real input, then the product code that reads it):
@@ -14,6 +14,11 @@ Families (each case: a seeded mutation of one real input, then the product code 
                   convert, then load and chat with what was accepted
     template      generated Jinja templates (loops, big numbers, filters, recursion, garbage) -> chat ids
     knobs         hostile decode parameters and token ids -> Model.generate
+and, for hostile values (issue 33; tests/fuzz_values.py):
+    resealed_meta, resealed_data   engine files edited, then sealed again (digest and chunk sums recomputed)
+    nonfinite     NaN and infinities in a checkpoint's float tensors -> convert
+    tokenizer_lies  a tokenizer at odds with itself, the config or the template -> convert
+    c_ints        integers past a C int for every knob and engine argument, unknown keywords
 
 Each case runs in a forked child (batches of cases per child, two children at a time) under an address-
 space limit (RLIMIT_AS) and a per-case alarm. A case FAILS on: a crash (the child dies of a signal), a
@@ -38,17 +43,20 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the Rust thread pool must not
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the modules beside this one, run as tests.fuzz too
+from fuzz_common import (HOSTILE_VALUES, SilentAcceptance, convert, copy_folder, flip_bytes,  # noqa: E402
+                         load_converted, open_and_run, positive_finite, rewrite_meta, whole)
+from fuzz_values import VALUE_FAMILIES  # noqa: E402
+
+from bitnet_app.engine.validate import REAL_RANGES  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-CI_CASES = 60                 # per family: 7 x 60 = 420 cases in CI
-LONG_CASES = 1500             # per family: 7 x 1500 = 10,500 cases
+CI_CASES = 60                 # per family: 12 x 60 = 720 cases in CI
+LONG_CASES = 1500             # per family: 12 x 1500 = 18,000 cases
 CASE_SECONDS = 20             # alarm per case (templates stop themselves after 2 s)
 MEMORY_LIMIT = 4 << 30        # RLIMIT_AS of each child
 BATCH = 25                    # cases per child process
-
-
-class SilentAcceptance(AssertionError):
-    """The product accepted input the family's oracle calls structurally invalid."""
 
 
 # ---- the seed inputs ----------------------------------------------------------------------------------------
@@ -75,60 +83,6 @@ def _fingerprint(engine_path: str):
     return json.dumps([meta["tensors"], meta["layout"]["chunk_sums"], meta["config"]], sort_keys=True)
 
 
-# ---- helpers -------------------------------------------------------------------------------------------------
-def _copy_folder(seeds, case_dir):
-    dst = os.path.join(case_dir, "ck")
-    shutil.copytree(seeds["folder"], dst)
-    return dst
-
-
-def _flip_bytes(data: bytearray, rng, lo: int, hi: int, k: int) -> None:
-    for _ in range(k):
-        pos = int(rng.integers(lo, max(lo + 1, hi)))
-        data[pos] ^= 1 << int(rng.integers(0, 8))
-
-
-def _convert(folder, case_dir):
-    from bitnet_app.checkpoint.convert import convert_checkpoint
-    return convert_checkpoint(folder, os.path.join(case_dir, "out.bitnet"))
-
-
-def _load_converted(out):
-    """A file the converter wrote must load: a failure here means it was cached to fail at every start."""
-    try:
-        _open_and_run(out)
-    except ValueError as exc:
-        raise SilentAcceptance(f"converted, then refused at load: {exc}") from None
-
-
-def _open_and_run(path):
-    """Open, chat-encode and run a forward. A chat template that parses but fails when run (an undefined
-    name...) is refused at chat time with a ChatTemplateError: a clear error, and the file still works for
-    raw prompts, so it counts as a rejection of the template, not of the file."""
-    from bitnet_app.model import Model
-    from bitnet_app.text.chat import ChatTemplateError
-    m = Model.open(path, threads=1)
-    try:
-        ids = m.chat_ids([{"role": "user", "content": "Hello <|eot_id|> there"}])
-    except ChatTemplateError:
-        ids = m.encode("Hello there")
-    out = m.logits(ids[:8])
-    m.close()
-    return out
-
-
-HOSTILE_VALUES = [0, -1, 1.5, True, False, "64", None, float("nan"), float("inf"), -float("inf"), 10 ** 30, [],
-                  {}, [1, 2], 2 ** 31, -2 ** 63, 1e308, "", "nan"]
-
-
-def _whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _positive_finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-
-
 # ---- families -----------------------------------------------------------------------------------------------
 def fam_engine_bytes(rng, seeds, case_dir):
     from bitnet_app.engine.file import _HEADER
@@ -140,9 +94,9 @@ def fam_engine_bytes(rng, seeds, case_dir):
     data_start = json.loads(orig[_HEADER.size:meta_end])["layout"]["data_start"]
     kind = int(rng.integers(0, 6))
     if kind == 0:
-        _flip_bytes(data, rng, 0, meta_end, int(rng.integers(1, 4)))            # header and metadata
+        flip_bytes(data, rng, 0, meta_end, int(rng.integers(1, 4)))            # header and metadata
     elif kind == 1:
-        _flip_bytes(data, rng, 0, len(data), int(rng.integers(1, 9)))           # anywhere
+        flip_bytes(data, rng, 0, len(data), int(rng.integers(1, 9)))           # anywhere
     elif kind == 2:
         a = int(rng.integers(0, len(data)))
         n = int(rng.integers(1, 4096))
@@ -159,32 +113,13 @@ def fam_engine_bytes(rng, seeds, case_dir):
     path = os.path.join(case_dir, "m.bitnet")
     with open(path, "wb") as f:
         f.write(data)
-    _open_and_run(path)
+    open_and_run(path)
     if len(data) != len(orig):
         raise SilentAcceptance(f"an engine file of another length ({len(data)} vs {len(orig)}) was accepted")
     changed = np.flatnonzero(np.frombuffer(bytes(data), np.uint8) != np.frombuffer(orig, np.uint8))
     outside_padding = changed[(changed < meta_end) | (changed >= data_start)]
     if outside_padding.size:
         raise SilentAcceptance(f"bytes changed at {outside_padding[:5].tolist()} and the file was accepted")
-
-
-def _rewrite_meta(src, dst, meta) -> bool:
-    """Write src with its metadata replaced by `meta` under a valid digest (False: it does not fit)."""
-    from bitnet_app.engine import file as ef
-    with open(src, "rb") as f:
-        data = bytearray(f.read())
-    meta_len = int.from_bytes(data[12:20], "little")
-    start = json.loads(data[ef._HEADER.size:ef._HEADER.size + meta_len])["layout"]["data_start"]
-    blob = json.dumps(meta).encode()
-    room = start - ef._HEADER.size
-    if len(blob) > room:
-        return False
-    blob += b" " * (room - len(blob))
-    prefix = ef._PREFIX.pack(ef.MAGIC, ef.FORMAT_VERSION, len(blob))
-    data[:start] = ef._HEADER.pack(ef.MAGIC, ef.FORMAT_VERSION, len(blob), ef._digest(prefix, blob)) + blob
-    with open(dst, "wb") as f:
-        f.write(data)
-    return True
 
 
 def _engine_meta_edit(rng, meta) -> bool:
@@ -250,9 +185,9 @@ def fam_engine_meta(rng, seeds, case_dir):
     if json.dumps(meta, sort_keys=True) == original:   # a second edit undid the first
         return "skipped"
     path = os.path.join(case_dir, "m.bitnet")
-    if not _rewrite_meta(seeds["engine"], path, meta):
+    if not rewrite_meta(seeds["engine"], path, meta):
         return "skipped"
-    _open_and_run(path)
+    open_and_run(path)
     raise SilentAcceptance("an engine file with a structurally invalid metadata edit was accepted")
 
 
@@ -264,13 +199,13 @@ def _read_st_header(path):
 
 
 def fam_safetensors(rng, seeds, case_dir):
-    folder = _copy_folder(seeds, case_dir)
+    folder = copy_folder(seeds, case_dir)
     path = os.path.join(folder, "model.safetensors")
     data, n, header = _read_st_header(path)
     kind = int(rng.integers(0, 4))
     weights_only = False
     if kind == 0:                                   # bytes of the header JSON
-        _flip_bytes(data, rng, 8, 8 + n, int(rng.integers(1, 4)))
+        flip_bytes(data, rng, 8, 8 + n, int(rng.integers(1, 4)))
     elif kind == 1:                                 # the header length field
         lengths = [0, n - 1, n + 1, 10 ** 12, 2 ** 64 - 1, len(data)]
         data[:8] = lengths[int(rng.integers(0, len(lengths)))].to_bytes(8, "little")
@@ -300,14 +235,14 @@ def fam_safetensors(rng, seeds, case_dir):
             return "skipped"
         data[8:8 + n] = blob + b" " * (n - len(blob))
     else:                                           # weight bytes: data, no structure (may be accepted)
-        _flip_bytes(data, rng, 8 + n, len(data), int(rng.integers(1, 9)))
+        flip_bytes(data, rng, 8 + n, len(data), int(rng.integers(1, 9)))
         weights_only = True
     if bytes(data) == open(path, "rb").read():
         return "skipped"
     with open(path, "wb") as f:
         f.write(data)
-    out = _convert(folder, case_dir)
-    _load_converted(out)
+    out = convert(folder, case_dir)
+    load_converted(out)
     if not weights_only and _fingerprint(out) != seeds["fingerprint"]:
         raise SilentAcceptance("a changed safetensors header was accepted and converted to different tensors")
 
@@ -315,7 +250,7 @@ def fam_safetensors(rng, seeds, case_dir):
 def _config_ok(cfg: dict, orig: dict) -> bool:
     """The oracle: may a conversion accept this config.json? (sizes must match the weights; numbers sane)"""
     for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
-        if cfg.get(k) != orig.get(k) or not _whole(cfg.get(k)):
+        if cfg.get(k) != orig.get(k) or not whole(cfg.get(k)):
             return False
     H, D = orig["num_attention_heads"], orig["hidden_size"]
     for k, derived in (("num_key_value_heads", H), ("head_dim", D // H)):
@@ -323,25 +258,31 @@ def _config_ok(cfg: dict, orig: dict) -> bool:
         if cfg.get(k) is None:
             if derived != want:
                 return False
-        elif not _whole(cfg[k]) or cfg[k] != want:
+        elif not whole(cfg[k]) or cfg[k] != want:
             return False
-    if cfg.get("max_position_embeddings") is not None and not (_whole(cfg["max_position_embeddings"]) and
+    if cfg.get("max_position_embeddings") is not None and not (whole(cfg["max_position_embeddings"]) and
                                                  0 < cfg["max_position_embeddings"] <= 1 << 20):
         return False
-    for k in ("rope_theta", "rms_norm_eps"):
-        if k in cfg and cfg[k] is not None and not _positive_finite(cfg[k]):
+    for k in ("rope_theta", "rms_norm_eps"):       # a number in the range a real model could have
+        low, high, _ = REAL_RANGES[k]
+        if k in cfg and cfg[k] is not None and not (positive_finite(cfg[k]) and low <= cfg[k] <= high):
             return False
+    archs, qc = cfg.get("architectures"), cfg.get("quantization_config")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        return False
+    if qc is not None and not isinstance(qc, dict):
+        return False
     V = cfg.get("vocab_size")
     eos = cfg.get("eos_token_id")
     for v in (eos if isinstance(eos, list) else [eos]):
-        if v is not None and not (_whole(v) and 0 <= v < V):
+        if v is not None and not (whole(v) and 0 <= v < V):
             return False
     bos = cfg.get("bos_token_id")
-    return bos is None or (_whole(bos) and 0 <= bos < V)
+    return bos is None or (whole(bos) and 0 <= bos < V)
 
 
 def fam_config(rng, seeds, case_dir):
-    folder = _copy_folder(seeds, case_dir)
+    folder = copy_folder(seeds, case_dir)
     cfg_path = os.path.join(folder, "config.json")
     cfg = dict(seeds["config"])
     kind = int(rng.integers(0, 5))
@@ -350,7 +291,7 @@ def fam_config(rng, seeds, case_dir):
         key = str(rng.choice(["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                               "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
                               "rope_theta", "rms_norm_eps", "bos_token_id", "eos_token_id", "rope_parameters",
-                              "quantization_config", "tie_word_embeddings"]))
+                              "quantization_config", "tie_word_embeddings", "architectures"]))
         cfg[key] = HOSTILE_VALUES[int(rng.integers(0, len(HOSTILE_VALUES)))]
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
@@ -359,7 +300,7 @@ def fam_config(rng, seeds, case_dir):
         name = str(rng.choice(["config.json", "generation_config.json", "tokenizer_config.json"]))
         p = os.path.join(folder, name)
         data = bytearray(open(p, "rb").read())
-        _flip_bytes(data, rng, 0, len(data), int(rng.integers(1, 4)))
+        flip_bytes(data, rng, 0, len(data), int(rng.integers(1, 4)))
         with open(p, "wb") as f:
             f.write(data)
         if name == "config.json":
@@ -402,17 +343,17 @@ def fam_config(rng, seeds, case_dir):
         with open(os.path.join(folder, name), "w") as f:
             json.dump({key: value}, f)
         V = seeds["config"]["vocab_size"]
-        ok_id = value is None or (_whole(value) and 0 <= value < V)
+        ok_id = value is None or (whole(value) and 0 <= value < V)
         must_refuse = {"eos_token_id": name == "generation_config.json" and not (ok_id or value in ([1, 2], [])),
                        "bos_token_id": name == "generation_config.json" and not ok_id and "bos_token_id" not in
                        seeds["config"],
                        "mask_token_id": name == "dlm_config.json" and not ok_id,
-                       "bd_size": name == "dlm_config.json" and bool(value) and not (_whole(value) and 0 < value <= 256),
-                       "block_size": name == "dlm_config.json" and bool(value) and not (_whole(value) and
+                       "bd_size": name == "dlm_config.json" and bool(value) and not (whole(value) and 0 < value <= 256),
+                       "block_size": name == "dlm_config.json" and bool(value) and not (whole(value) and
                                                                                         0 < value <= 256),
                        "attention": False}[key]
-    out = _convert(folder, case_dir)
-    _load_converted(out)
+    out = convert(folder, case_dir)
+    load_converted(out)
     if must_refuse:
         raise SilentAcceptance("a checkpoint the oracle calls invalid was converted and loaded")
 
@@ -444,22 +385,22 @@ def _tokenizer_edit(rng, tok: dict):
 
 
 def fam_tokenizer(rng, seeds, case_dir):
-    folder = _copy_folder(seeds, case_dir)
+    folder = copy_folder(seeds, case_dir)
     p = os.path.join(folder, "tokenizer.json")
     if rng.random() < 0.3:
         data = bytearray(open(p, "rb").read())
-        _flip_bytes(data, rng, 0, len(data), int(rng.integers(1, 6)))
+        flip_bytes(data, rng, 0, len(data), int(rng.integers(1, 6)))
         open(p, "wb").write(data)
     else:
         tok = json.load(open(p))
         _tokenizer_edit(rng, tok)
         json.dump(tok, open(p, "w"))
     try:
-        out = _convert(folder, case_dir)
+        out = convert(folder, case_dir)
     except ValueError:
         return "rejected"
     try:  # accepted at conversion: it must then work at every load (never cached and failing later)
-        _open_and_run(out)
+        open_and_run(out)
         from bitnet_app.model import Model
         m = Model.open(out, threads=1)
         m.decode(m.encode("Some text, 123 <|eot_id|> ok"))
@@ -494,7 +435,7 @@ def fam_template(rng, seeds, case_dir):
     finally:
         if time.monotonic() - t0 > 10:
             raise SilentAcceptance(f"a template took {time.monotonic() - t0:.1f} s: {template[:200]!r}")
-    if not all(_whole(i) for i in ids):
+    if not all(whole(i) for i in ids):
         raise SilentAcceptance("chat ids that are not whole numbers")
 
 
@@ -535,6 +476,7 @@ KNOB_VALUES = {
 
 def _obviously_bad(name, v) -> bool:
     """The oracle for a knob value: these must always be refused (a range check may refuse more)."""
+    from bitnet_app.params import KNOBS
     if v is None:  # "the default"
         return False
     if name in ("mode", "attention"):
@@ -546,7 +488,8 @@ def _obviously_bad(name, v) -> bool:
     if isinstance(v, float) and (not math.isfinite(v) or (name in ("max_new_tokens", "top_k", "seed", "block_size",
                                                                      "sub_block_size", "mask_id") and v != int(v))):
         return True
-    return v < 0
+    limit = KNOBS[name].metadata["limit"]            # past what the C code (or any context) takes
+    return v < 0 or (limit is not None and v > limit)
 
 
 def fam_knobs(rng, seeds, case_dir):
@@ -557,12 +500,12 @@ def fam_knobs(rng, seeds, case_dir):
         values = KNOB_VALUES[str(name)]
         kw[str(name)] = values[int(rng.integers(0, len(values)))]
     kw.setdefault("max_new_tokens", 4)
-    if _whole(kw["max_new_tokens"]) and kw["max_new_tokens"] > 64:
+    if whole(kw["max_new_tokens"]) and kw["max_new_tokens"] > 64:
         kw["max_new_tokens"] = 64 if rng.random() < 0.5 else kw["max_new_tokens"]
     ids = [[1, 2, 3], [], [-1], [m.vocab_size], [1.5], [True], ["3"], list(range(300)), [1] * 5][
         int(rng.integers(0, 9))]
     bad = [n for n, v in kw.items() if _obviously_bad(n, v)]
-    bad_ids = not ids or any(not _whole(i) or not 0 <= i < m.vocab_size for i in ids) or \
+    bad_ids = not ids or any(not whole(i) or not 0 <= i < m.vocab_size for i in ids) or \
         len(ids) >= m.context_length
     done = None
     for ev in m.generate(ids, **kw):
@@ -575,7 +518,8 @@ def fam_knobs(rng, seeds, case_dir):
 
 
 FAMILIES = {"engine_bytes": fam_engine_bytes, "engine_meta": fam_engine_meta, "safetensors": fam_safetensors,
-            "config": fam_config, "tokenizer": fam_tokenizer, "template": fam_template, "knobs": fam_knobs}
+            "config": fam_config, "tokenizer": fam_tokenizer, "template": fam_template, "knobs": fam_knobs,
+            **VALUE_FAMILIES}
 
 
 # ---- running cases in children ----------------------------------------------------------------------------

@@ -12,10 +12,11 @@ import time
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1.element_tree import Block
 
 from bitnet_app.engine.kernel_paths import PORTABLE
 from bitnet_app.source import DEFAULT_REPO
-from bitnet_app.ui import export, jobs, reply, sources, suggestions
+from bitnet_app.ui import export, jobs, model_choices, reply, suggestions
 from checkpoints import make_hf_checkpoint
 from fake_hub import FakeHub
 
@@ -136,8 +137,8 @@ def test_chat_in_diffusion_mode_shows_steps_and_forwards(env):
     assert msg["stats"]["forwards"] > 0 and msg["stats"]["tokens_per_forward"] > 0
     assert msg["steps"] and all(0 < len(f["slots"]) <= at.session_state["block_size"] for f in msg["steps"])
     assert all(f["new"] for f in msg["steps"])  # every forward fills at least one slot
-    row = at.chat_message[1].markdown[1].value
-    assert "forwards" in row and "tokens/forward" in row
+    row = [m.value for m in at.chat_message[1].markdown if "stat-row" in m.value][0]
+    assert "forwards" in row and "tokens/step" in row and "steps" in row
     assert any("diffusion steps" in e.label for e in at.expander)  # the replay
     assert len(msg["steps"]) > 1
     at.slider(key=f"replay_{msg['id']}").set_value(1).run()  # the replay slider redraws an earlier step
@@ -192,6 +193,32 @@ def test_a_message_longer_than_the_context_is_explained(env):
     msg = _chat(at, "tell me about the sea " * 200)  # far beyond the 256-token context
     assert "too long for the model" in msg["error"] and not msg["stopped"]
     assert any("too long for the model" in e.value for e in at.error)
+    assert at.chat_input(key="chat_prompt")  # the chat goes on
+
+
+def test_a_damaged_model_stops_the_reply_keeps_its_text_and_says_so(env):
+    """Non-finite logits stop a reply with an error naming the model file (engine/runtime.py); the page keeps the
+    text written before it and says so (issue 33)."""
+    from bitnet_app.engine.runtime import Engine
+    from bitnet_app.engine.validate import NonFiniteLogits
+
+    at = _app()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(16).run()
+    real, calls = Engine.forward, []
+
+    def damaged_after_three_tokens(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 4:   # the prefill and three tokens went well
+            raise NonFiniteLogits(f"{self.file.path} is damaged: the engine computed logits that are not finite numbers")
+        return real(self, *args, **kwargs)
+
+    env.setattr(Engine, "forward", damaged_after_three_tokens)
+    msg = _chat(at, "Hello")
+    assert msg["content"] and not msg["done"] and not msg["stopped"]
+    assert "is damaged" in msg["error"] and "The text it wrote before that is kept below" in msg["error"]
+    assert any("is damaged" in e.value for e in at.error)
+    assert msg["content"].strip() in _all_markdown(at)
     assert at.chat_input(key="chat_prompt")  # the chat goes on
 
 
@@ -272,12 +299,12 @@ def test_error_page_leads_to_the_bundled_demo_model(env, checkpoints, tmp_path):
     assert "That model was not found" in _all_markdown(at)
     at.button(key="err_retry").click().run()
     assert "That model was not found" in _all_markdown(at) and "Tried again at" in _captions(at)
-    assert sources.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
+    assert model_choices.DEMO_LABEL in at.sidebar.selectbox(key="model_choice").options
     demo = [b for b in at.button if b.label == "Use the bundled demo model"][0]
     assert not demo.disabled
     demo.click().run()
     assert not at.exception, at.exception
-    assert at.sidebar.selectbox(key="model_choice").value == sources.DEMO_LABEL
+    assert at.sidebar.selectbox(key="model_choice").value == model_choices.DEMO_LABEL
     at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
     assert _chat(at, "Hello")["done"]
 
@@ -348,7 +375,9 @@ def test_default_model_out_of_reach_opens_the_demo_model_with_a_notice(env, chec
     else:
         env.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     at = _app()
-    assert at.sidebar.selectbox(key="model_choice").value == DEFAULT_REPO  # the choice is kept
+    picker = at.sidebar.selectbox(key="model_choice")
+    assert picker.value == DEFAULT_REPO  # the choice is kept
+    assert picker.options[picker.index].startswith("Demo model")  # ... but the picker names the model that runs
     notice = _notice(at)
     assert DEFAULT_REPO in notice and "bundled demo model is shown instead" in notice
     assert ("offline mode is on" if how == "offline_mode" else "cannot be reached") in notice
@@ -371,7 +400,7 @@ def test_default_model_out_of_reach_opens_the_demo_model_with_a_notice(env, chec
     assert len(at.session_state["messages"]) == 2  # the chat is kept
 
     at.button(key="fallback_keep").click().run()
-    assert at.sidebar.selectbox(key="model_choice").value == sources.DEMO_LABEL
+    assert at.sidebar.selectbox(key="model_choice").value == model_choices.DEMO_LABEL
     assert not _notice(at) and at.chat_input(key="chat_prompt")
 
 
@@ -384,7 +413,7 @@ def test_pick_another_model_from_the_notice(env, checkpoints, tmp_path):
     at = _app()
     assert "org/not-on-this-hub could not be downloaded" in _notice(at)
     at.button(key="fallback_other").click().run()
-    assert at.sidebar.selectbox(key="model_choice").value == sources.CUSTOM_LABEL
+    assert at.sidebar.selectbox(key="model_choice").value == model_choices.CUSTOM_LABEL
     at.sidebar.text_input(key="custom_source").set_value(checkpoints["plain"]).run()
     assert not at.exception, at.exception
     assert not _notice(at) and at.chat_input(key="chat_prompt")
@@ -397,13 +426,14 @@ def test_slow_motion_paces_the_reply_but_not_the_figures(env):
     at.sidebar.slider(key="temperature").set_value(0.0).run()
     fast = _chat(at, "Hello")
     at.sidebar.toggle(key="slow_motion").set_value(True).run()
+    at.sidebar.slider(key="slow_motion_rate").set_value(20).run()  # steps (here tokens) per second
     t0 = time.monotonic()
     at.button(key="regenerate").click().run()
     took = time.monotonic() - t0
     slow = at.session_state["messages"][-1]
     assert slow["content"] == fast["content"] and slow["done"]
-    assert took >= slow["stats"]["tokens"] * reply.SLOW_MOTION_S  # one pause per drawn token
-    assert slow["stats"]["tok_s"] > 3 / reply.SLOW_MOTION_S  # the engine's own speed, not the paced one
+    assert took >= (slow["stats"]["tokens"] - 1) / 20  # one beat per token, at the rate set
+    assert slow["stats"]["tok_s"] > 3 * 20  # the engine's own speed, not the paced one
 
 
 def _remount_as_a_browser_does(at) -> None:
@@ -444,7 +474,7 @@ def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints
 
     at.button(key="fallback_other").click().run()  # the custom source, nothing typed: no model, no settings
     assert not at.exception and not at.sidebar.slider
-    at.sidebar.selectbox(key="model_choice").set_value(sources.DEMO_LABEL).run()
+    at.sidebar.selectbox(key="model_choice").set_value(model_choices.DEMO_LABEL).run()
     _remount_as_a_browser_does(at)
     assert _settings_shown(at) == before
     at.sidebar.number_input(key="seed").set_value(3).run()  # touch any control
@@ -453,7 +483,7 @@ def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints
     again = at.session_state["messages"][-1]
     assert again["content"] == first["content"] and again["stats"]["tokens"] == first["stats"]["tokens"]
 
-    at.sidebar.selectbox(key="model_choice").set_value(sources.CUSTOM_LABEL).run()
+    at.sidebar.selectbox(key="model_choice").set_value(model_choices.CUSTOM_LABEL).run()
     at.sidebar.text_input(key="custom_source").set_value(str(tmp_path / "no-such-folder")).run()
     assert "That model was not found" in _all_markdown(at) and not at.sidebar.slider  # an error page
     [b for b in at.button if b.label == "Use the bundled demo model"][0].click().run()
@@ -485,7 +515,8 @@ def test_the_demo_model_suggests_its_skill_prompts(env, demo_with_prompts, tmp_p
     env.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     env.setenv("BITNET_APP_CACHE", str(tmp_path / "engines"))
     at = _app()
-    assert "short skills" in _notice(at) and "short skills" in _sidebar_captions(at)  # describes this demo model
+    assert "short skills" in _sidebar_captions(at)  # describes this demo model, once: in the sidebar
+    assert "short skills" not in _notice(at) and "the sidebar says what it is" in _notice(at)
     offered = [at.button(key=f"example_{i}") for i in range(4)]
     wanted = [SKILLS[0], SKILLS[2], SKILLS[4], OPEN[0]]  # three skills spread over the list, then free text
     assert [b.label for b in offered] == [suggestions.button_label(p) for p in wanted]
@@ -501,7 +532,7 @@ def test_the_demo_model_suggests_its_skill_prompts(env, demo_with_prompts, tmp_p
     at.button(key="compare_example_3").click().run()
     assert not at.exception, at.exception
     assert at.session_state["compare"]["prompt"] == OPEN[0]
-    assert any("Tokens per forward" in c and "always 1" in c for c in _captions(at).split("\n"))
+    assert any("Tokens per step" in c and "always 1" in c for c in _captions(at).split("\n"))
 
 
 def test_general_suggestions_for_a_model_without_a_prompt_file(env):
@@ -544,3 +575,130 @@ def test_a_base_model_runs_as_completion_and_the_page_says_so(env, tmp_path):
     assert not at.sidebar.text_area  # a completion has no place for a system prompt
     at.sidebar.number_input(key="max_new_tokens").set_value(4).run()
     assert _chat(at, "Once upon a time")["done"]
+
+
+# ---- issue 32: the presenter's page ------------------------------------------------------------------------
+def _paths(node, prefix=()):
+    """(path of child indices from the page's root, node) of every node under `node`."""
+    for index, child in sorted(getattr(node, "children", {}).items()):
+        yield prefix + (index,), child
+        yield from _paths(child, prefix + (index,))
+
+
+def _chat_paths(at) -> list[tuple]:
+    """The paths of the chat message bubbles in the main area, in order."""
+    return [p for p, n in _paths(at._tree) if getattr(n, "type", "") == "chat_message"]
+
+
+def test_a_finished_reply_is_drawn_where_it_streamed(env, monkeypatch):
+    """The finished reply must replace the streamed one in place: drawn elsewhere, both show until the rerun ends
+    (the reply appeared twice). The run that streams is kept as it ended (no rerun) and compared with the next."""
+    at = _app()
+    at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
+    with monkeypatch.context() as patch:
+        patch.setattr(st, "rerun", lambda *a, **k: None)
+        at.chat_input(key="chat_prompt").set_value("Hello").run()
+    assert not at.exception, at.exception
+    streamed = _chat_paths(at)
+    at.run()
+    assert at.session_state["messages"][-1]["done"]
+    assert _chat_paths(at) == streamed
+
+
+def test_compare_draws_its_result_where_it_streamed_and_no_suggestion_stays(env, monkeypatch, demo_with_prompts):
+    env.setenv("BITNET_APP_MODEL", demo_with_prompts)  # a model with a prompt file: skill suggestions, with a note
+    at = _app()
+    at.sidebar.number_input(key="max_new_tokens").set_value(6).run()
+    at.segmented_control(key="view").set_value("Compare").run()
+    suggested = [p for p, n in _paths(at._tree) if getattr(n, "type", "") == "button"
+                 and str(getattr(n, "key", "") or "").startswith("compare_example")]
+    assert suggested
+    with monkeypatch.context() as patch:
+        patch.setattr(st, "rerun", lambda *a, **k: None)
+        at.chat_input(key="compare_prompt").set_value("Hello").run()
+    assert not at.exception, at.exception
+    streamed = _chat_paths(at)
+    _nothing_stays(suggested, dict(_paths(at._tree)), "a suggestion")
+    at.run()
+    assert at.session_state["compare"]["ar"]["done"]
+    assert _chat_paths(at) == streamed
+    # ... and the next run that streams leaves no part of this result's summary on screen either
+    summary = [p for p, n in _paths(at._tree) if getattr(n, "type", "") == "metric"]
+    assert summary
+    with monkeypatch.context() as patch:
+        patch.setattr(st, "rerun", lambda *a, **k: None)
+        at.chat_input(key="compare_prompt").set_value("Hello again").run()
+    assert not at.exception, at.exception
+    _nothing_stays(summary, dict(_paths(at._tree)), "a part of the last summary")
+
+
+def _nothing_stays(paths, nodes, what) -> None:
+    """In the browser an element stays on screen until a run replaces it, and a block (columns, a container) sent
+    again keeps its old children until they are replaced: each of `paths` must lie under an element (not a block)
+    of the run `nodes` come from, which replaces it whole."""
+    for path in paths:
+        under = [path[:i] for i in range(2, len(path) + 1)]
+        assert any(q in nodes and not isinstance(nodes[q], Block) for q in under), f"{what} stays at {path}"
+
+
+def test_a_short_reply_is_timed_again_off_screen(env):
+    """The demo-sized model writes a reply in milliseconds: one run is too short to time, so the page times it again
+    with nothing drawn and shows the median with its spread."""
+    from bitnet_app.ui import timing
+    at = _app()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(12).run()
+    msg = _chat(at, "Hello")
+    assert msg["stats"]["total_s"] < timing.RETIME_BELOW_S
+    t = msg["timing"]
+    assert t["runs"] == timing.runs_for(msg["stats"]["total_s"]) and t["low"] <= t["median"] <= t["high"]
+    row = [m.value for m in at.chat_message[1].markdown if "stat-row" in m.value][0]
+    assert f"median of {t['runs']} runs" in row
+
+
+def test_compare_times_both_again_and_says_why_in_one_sentence(env):
+    at = _app()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(24).run()
+    at.segmented_control(key="view").set_value("Compare").run()
+    at.chat_input(key="compare_prompt").set_value("Hello").run()
+    assert not at.exception, at.exception
+    result = at.session_state["compare"]
+    runs = result["timing"]["runs"]
+    assert runs % 2 and 3 <= runs <= 9
+    assert result["ar"]["timing"]["runs"] == result["diffusion"]["timing"]["runs"] == runs
+    sentence = [m.value for m in at.markdown if "Block diffusion was" in m.value]
+    assert sentence and "tokens on average" in sentence[0] and "AR tokens" in sentence[0]
+    assert any(m.label == "Tokens per step (diffusion)" for m in at.metric)
+
+
+def test_a_finished_diffusion_reply_keeps_its_picture_without_a_click(env):
+    at = _app()
+    at.sidebar.radio(key="mode").set_value("diffusion").run()
+    at.sidebar.slider(key="temperature").set_value(0.0).run()
+    at.sidebar.number_input(key="max_new_tokens").set_value(5).run()
+    msg = _chat(at, "Tell me a story")
+    bubble = [m.value for m in at.chat_message[1].markdown]
+    assert any("bp-final" in v and "Block diffusion writes" in v for v in bubble)  # not inside the Replay expander
+    assert sum(len(t) for t, _ in msg["by_step"]) == len(msg["content"])
+    end = msg["stats"]["prompt_tokens"] + msg["stats"]["tokens"]
+    assert all(f["start"] + len(f["slots"]) <= end for f in msg["steps"])  # nothing past the reply's end
+
+
+def test_retimed_runs_write_the_same_reply(env, checkpoints):
+    """A sampled reply is timed again with the seed the page drew for it: every run writes the same ids."""
+    import bitnet_app
+    from bitnet_app.decode.events import Done
+    from bitnet_app.ui import timing
+    model = bitnet_app.load_model(checkpoints["dlm"], threads=1)
+    try:
+        ids = model.chat_ids([{"role": "user", "content": "Hello"}])
+        for mode in ("ar", "diffusion"):
+            params = model.decode_params(mode=mode, temperature=0.9, max_new_tokens=10, seed=11)
+            first = [ev for ev in model.generate(ids, params) if isinstance(ev, Done)][-1]
+            runs = timing.time_again({mode: timing.Job(model, ids, params, first.stats.get("reused_tokens", 0))},
+                                     runs=3)[mode]
+            assert [r["tokens"] for r in runs] == [first.stats["tokens"]] * 3
+            assert [r.get("reused_tokens", 0) for r in runs] == [first.stats.get("reused_tokens", 0)] * 3
+    finally:
+        model.close()

@@ -1,6 +1,5 @@
 """convert.py on generated checkpoints in the real HF layout (tests/checkpoints.py): packed codes round
 trip per projection and fused order, scale rules, head quantization, metadata, and bad inputs."""
-import json
 import os
 
 import numpy as np
@@ -228,7 +227,7 @@ def test_dlm_config_suggests_the_decoding_knobs(make_ckpt, tmp_path):
 
 def test_block_size_from_config_bd_size(make_ckpt, engine_path):
     folder, _ = make_ckpt(mask_token=True)
-    _edit_json(folder, "config.json", bd_size=8)
+    checkpoints.edit_json(folder, "config.json", bd_size=8)
     assert convert(folder, engine_path).meta["diffusion"]["block_size"] == 8
 
 
@@ -249,19 +248,6 @@ def test_progress_reports_monotone_to_one(make_ckpt, engine_path):
 
 
 # ---- bad inputs: ConvertError with a message naming the problem, and nothing under the output path ----
-
-def _edit_json(folder, name, **changes):
-    path = os.path.join(folder, name)
-    with open(path) as f:
-        obj = json.load(f)
-    for k, v in changes.items():
-        if v is None:
-            obj.pop(k, None)
-        else:
-            obj[k] = v
-    with open(path, "w") as f:
-        json.dump(obj, f)
-
 
 def _truncate(folder):
     path = os.path.join(folder, "model.safetensors")
@@ -285,10 +271,10 @@ def _code3(folder):
 BAD = {
     "truncated": (_truncate, r"past the end.*model\.safetensors|model\.safetensors.*truncated"),
     "corrupt header": (_huge_header, r"header length .* runs past the end"),
-    "wrong architecture": (lambda d: _edit_json(d, "config.json", model_type="mistral",
+    "wrong architecture": (lambda d: checkpoints.edit_json(d, "config.json", model_type="mistral",
                                                 architectures=["MistralForCausalLM"]),
                            r"'mistral' model \(MistralForCausalLM\): it has BitNet quantization, but model_type"),
-    "full-precision llama": (lambda d: _edit_json(d, "config.json", model_type="llama", architectures=["LlamaForCausalLM"],
+    "full-precision llama": (lambda d: checkpoints.edit_json(d, "config.json", model_type="llama", architectures=["LlamaForCausalLM"],
                                                   quantization_config=None), r"has no BitNet quantization"),
     "missing tensor": (lambda d: checkpoints.rewrite_tensor(d, "model.layers.1.mlp.down_proj.weight", None),
                        r"'model\.layers\.1\.mlp\.down_proj\.weight' is missing"),
@@ -303,15 +289,15 @@ BAD = {
     "missing tokenizer": (lambda d: os.remove(os.path.join(d, "tokenizer.json")), r"tokenizer\.json is missing"),
     "missing config": (lambda d: os.remove(os.path.join(d, "config.json")), r"config\.json is missing"),
     "code 3": (_code3, r"up_proj\.weight' holds the invalid 2-bit code 3"),
-    "unsupported quant method": (lambda d: _edit_json(d, "config.json", quantization_config={"quant_method": "gptq"}),
+    "unsupported quant method": (lambda d: checkpoints.edit_json(d, "config.json", quantization_config={"quant_method": "gptq"}),
                                  r"quantization method 'gptq' is not supported"),
-    "mode mismatch": (lambda d: _edit_json(d, "config.json", quantization_config={
+    "mode mismatch": (lambda d: checkpoints.edit_json(d, "config.json", quantization_config={
         "quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "online"}),
         r"quantization_mode is 'online' but .* is U8"),
-    "untied head without lm_head": (lambda d: _edit_json(d, "config.json", tie_word_embeddings=False),
+    "untied head without lm_head": (lambda d: checkpoints.edit_json(d, "config.json", tie_word_embeddings=False),
                                     r"tie_word_embeddings = false, but .* holds no lm_head\.weight"),
-    "unknown activation": (lambda d: _edit_json(d, "config.json", hidden_act="gelu"), r"hidden_act = 'gelu'"),
-    "unknown rope scaling": (lambda d: _edit_json(d, "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+    "unknown activation": (lambda d: checkpoints.edit_json(d, "config.json", hidden_act="gelu"), r"hidden_act = 'gelu'"),
+    "unknown rope scaling": (lambda d: checkpoints.edit_json(d, "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}),
                              r"rope_scaling\.rope_type = 'yarn'"),
     "mask out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"mask_token_id": 100000}'),
                           r"mask token id 100000 is outside"),
@@ -320,8 +306,8 @@ BAD = {
         r"sub_block_size 12 in dlm_config\.json must be a whole number that divides the block size 32"),
     "threshold out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"threshold": 1.5}'),
                                r"threshold 1\.5 in dlm_config\.json must be a number in \(0, 1\]"),
-    "vocab mismatch": (lambda d: _edit_json(d, "config.json", vocab_size=500), r"embed_tokens\.weight' has shape"),
-    "heads do not fit": (lambda d: _edit_json(d, "config.json", head_dim=8), r"not hidden_size"),
+    "vocab mismatch": (lambda d: checkpoints.edit_json(d, "config.json", vocab_size=500), r"embed_tokens\.weight' has shape"),
+    "heads do not fit": (lambda d: checkpoints.edit_json(d, "config.json", head_dim=8), r"not hidden_size"),
 }
 
 

@@ -9,6 +9,7 @@ from bitnet_app.decode.events import Done, Step, Token
 from bitnet_app.engine.runtime import Engine
 from bitnet_app.engine.file import EngineFile
 from bitnet_app.decode.sampling import Sampler
+from bitnet_app.params import DecodeParams
 from checkpoints import make_hf_checkpoint
 from diffusion_reference import reference_diffusion
 from bitnet_app.engine.reference import NumpyModel
@@ -25,9 +26,14 @@ def dlm(tmp_path_factory):
     return ef, NumpyModel(ef), Engine(ef, lm_head="exact", threads=2), truth["mask"]
 
 
+def diffusion_params(mask, **kw) -> DecodeParams:
+    """The knobs of a direct decoder call, as Model.generate hands them over (resolved)."""
+    return DecodeParams(mode="diffusion", mask_id=mask, **{"fill_rule": "threshold", **kw})
+
+
 def run_engine(eng, prompt, mask, sampler=None, stop_ids=(), **kw):
     sampler = sampler or Sampler(banned_ids=[mask])
-    events = list(generate_diffusion(eng, prompt, sampler=sampler, stop_ids=stop_ids, mask_id=mask, **kw))
+    events = list(generate_diffusion(eng, prompt, diffusion_params(mask, **kw), sampler=sampler, stop_ids=stop_ids))
     assert isinstance(events[-1], Done) and sum(isinstance(e, Done) for e in events) == 1
     return events
 
@@ -128,7 +134,7 @@ def test_causal_leftmost_floor_equals_greedy_ar(dlm):
     prompt = prompt_of(10, seed=8)
     events = run_engine(eng, prompt, mask, max_new_tokens=37, block_size=B, sub_block_size=S, threshold=1.0,
                         attention="causal")
-    ar = list(generate_ar(eng, prompt, sampler=Sampler(banned_ids=[mask]), max_new_tokens=37))
+    ar = list(generate_ar(eng, prompt, DecodeParams(max_new_tokens=37), sampler=Sampler(banned_ids=[mask])))
     assert events[-1].ids == ar[-1].ids
     assert all(e.filled[0] == min(j for j, t in enumerate(e.block) if t == mask or j in e.filled)
                for e in events if isinstance(e, Step))
@@ -184,8 +190,9 @@ def test_cache_after_a_finished_block_equals_fresh_prefill(dlm, attention):
     ef, ref, eng, mask = dlm
     prompt = prompt_of(B, seed=12)
     kv_ids = []
-    gen = generate_diffusion(eng, prompt, sampler=Sampler(banned_ids=[mask]), max_new_tokens=3 * B, kv_ids=kv_ids,
-                             block_size=B, sub_block_size=S, threshold=0.3, attention=attention, mask_id=mask)
+    gen = generate_diffusion(eng, prompt, diffusion_params(mask, max_new_tokens=3 * B, block_size=B, sub_block_size=S,
+                                                           threshold=0.3, attention=attention),
+                             sampler=Sampler(banned_ids=[mask]), kv_ids=kv_ids)
     for ev in gen:
         if isinstance(ev, Step) and ev.block_start == 2 * B:  # prompt block and first reply block committed
             break
@@ -212,7 +219,7 @@ def test_bad_knobs_give_clear_errors(dlm):
             run_engine(eng, prompt_of(4), mask, **{**base, **change})
     for bad_mask in (-1, ef.config["vocab_size"], None):
         with pytest.raises(ValueError, match="mask_id"):
-            list(generate_diffusion(eng, prompt_of(4), sampler=Sampler(), mask_id=bad_mask, **base))
+            list(generate_diffusion(eng, prompt_of(4), diffusion_params(bad_mask, **base), sampler=Sampler()))
 
 
 def test_mask_is_never_predicted_and_stats_are_complete(dlm):

@@ -3,13 +3,16 @@
 1. test_first_run_download_stream_and_stop: the loopback fake Hub serves the bundled demo model
    (assets/demo-model) as a Hub repo: first-run download with byte progress, conversion, a streamed reply
    (Slow motion on: the demo model writes faster than the eye), the health endpoint answering within a
-   second while it streams, Stop that keeps the partial reply.
+   second while it streams, Stop (named "Stop the reply") that keeps the partial reply and its figures.
 2. test_offline_first_start_detour_modes_compare_export: the default model with the Hub out of reach: the
-   notice and the demo model; a detour through "Pick another model" and an error page (a mistyped folder)
-   and back, with the user's settings intact and a normal-length reply; a diffusion reply on one of the
-   demo model's skill prompts (several slots filled in one step, in Slow motion), the replay slider
-   following the picture as it plays; the live picture never empty mid-reply without Slow motion; the
-   Compare view on a skill prompt (the same text on both sides); the Markdown export.
+   notice and the demo model, which the picker names (its list shows each model's download size); a detour
+   through "Pick another model" and an error page (a mistyped folder) and back, with the user's settings intact
+   and a normal-length reply; a diffusion reply on one of the demo model's skill prompts in Slow motion at two
+   rates (several slots filled in one step, a step per 1/rate seconds), its picture still there after the reply
+   ends without a click, the replay slider following the picture as it plays; the live picture never empty
+   mid-reply without Slow motion; Compare in Slow motion at two rates (both sides a step at a time, no stale
+   suggestion among the replies); Compare on a skill prompt (the same text on both sides, the sentence that says
+   why diffusion won or lost); the Markdown export (line breaks kept).
 
 3. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
    LlamaForCausalLM with BitNet quantization, packed BitLinear weights, untied head, silu, no sub-norms, llama3
@@ -20,7 +23,7 @@ Every request the browser makes is recorded: any host other than the app's own (
 fails the test (the app works offline and sends nothing anywhere).
 
 Screenshots of every state go to test-artifacts/e2e-*.png (look at them). To re-take the README's
-screenshots in one command:
+screenshots (assets/screenshots/, e.g. after the demo model changes) in one command:
     E2E_SCREENSHOTS=assets/screenshots python -m pytest -q -p no:cacheprovider tests/test_e2e_browser.py
 
 Needs Playwright (PyPI) and /usr/bin/chromium. Without them the test is skipped locally and FAILS when
@@ -32,28 +35,24 @@ import contextlib
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
 import urllib.parse
-import urllib.request
 
 import pytest
 
+from app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, FRESH_COMPARE, WATCH_PACE, assistant_text, clear_chat,
+                        click_button, click_toggle, compare, free_port, get, messages, reply_tokens, send, set_number,
+                        set_slider, sidebar_text, slider_to_min, slider_value, step_period, streamlit, wait_streaming)
 from bitnet_app.demo import demo_model_dir
-from bitnet_app.ui import sources, suggestions
+from bitnet_app.ui import model_choices, suggestions
 from fake_hub import FakeHub
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 SCREENSHOTS_ENV = "E2E_SCREENSHOTS"  # also copy each screenshot there, without the "e2e-" prefix
 README_SHOT = {"08-diffusion-live-block": "chat"}  # ... and these under the name the README shows them by
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 REPO = "org/bitnet-demo"
+OPEN_PROMPT = "ROMEO.\nBut soft, what light through yonder window breaks?"  # without a prompt file
 
 
 def _require_browser():
@@ -71,50 +70,9 @@ def _require_browser():
         pytest.skip(msg)
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _get(url: str, timeout: float) -> tuple[str, float]:
-    t0 = time.monotonic()
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        body = r.read().decode()
-    return body, time.monotonic() - t0
-
-
-@contextlib.contextmanager
-def _streamlit(env: dict, log_name: str):
-    """`streamlit run app.py` on a free loopback port with `env`; yields its URL once healthy."""
-    port = _free_port()
+def _log(name: str) -> str:
     os.makedirs(ARTIFACTS, exist_ok=True)
-    with open(os.path.join(ARTIFACTS, log_name), "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "app.py"),
-                                 "--server.port", str(port), "--server.address", "127.0.0.1",
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if _get(url + "/_stcore/health", 2)[0].strip() == "ok":
-                        break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start; see test-artifacts/{log_name}")
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    return os.path.join(ARTIFACTS, name)
 
 
 def _app_env(root, **extra) -> dict:
@@ -198,124 +156,24 @@ LIVE_FRAME = """() => { const msgs = document.querySelectorAll('[data-testid="st
     ? [bp.querySelector('.bp-head').innerText, bp.querySelectorAll('.bp-slots .slot.new').length] : null; }"""
 
 
-def _shot_live_frame(page, name: str, timeout: float = 60) -> int | None:
-    """While a diffusion reply streams, screenshot the live block picture again and again and keep the shot taken
-    between two frames that both filled the most slots (a capture is slower than a step even in Slow motion); if
-    no capture fell between two live frames, one that started on a live frame. Returns the count kept, or None
-    when the reply ended before any capture started (the caller asks again)."""
-    _prepare_shot(page)
-    best, best_png, started_live = 0, None, None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = page.evaluate(LIVE_FRAME)
-        if before is None:
-            break  # the reply is done (or, at the start, was done before the first capture)
-        png = page.screenshot()
-        after = page.evaluate(LIVE_FRAME)
-        started_live = started_live or png
-        if after is not None and (best_png is None or min(before[1], after[1]) > best):
-            best, best_png = min(before[1], after[1]), png
-    if best_png is None and started_live is None:
-        return None
-    _save_shot(best_png or started_live, name)
-    return best
-
-
-def _messages(page):
-    return page.locator('[data-testid="stChatMessage"]')
-
-
-def _assistant_text(page, index: int) -> str:
-    return _messages(page).nth(index).locator('[data-testid="stMarkdownContainer"]').first.inner_text()
-
-
-def _sidebar_text(page) -> str:
-    return page.locator('[data-testid="stSidebar"]').inner_text()
-
-
-def _set_number(page, label: str, value: int) -> None:
-    box = page.get_by_label(label, exact=True)
-    box.fill(str(value))
-    box.press("Enter")
-    page.wait_for_timeout(800)
-
-
-FRESH = '[data-testid="stElementContainer"]:not([data-stale="true"])'  # drawn by the current script run
-FRESH_COMPARE = """p => {
-    const fresh = [...document.querySelectorAll('[data-testid="stElementContainer"]:not([data-stale="true"])')];
-    return fresh.some(e => e.innerText.includes('Prompt: ' + p.split('\\n')[0])) &&
-           fresh.some(e => e.querySelector('[data-testid="stMetric"]') && e.innerText.includes('Do the texts agree?'));
-}"""
-
-
-def _slider_to_min(page, label: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').filter(has_text=label) \
-        .get_by_role("slider").press("Home")
-    page.wait_for_timeout(800)
-
-
-def _slider_value(page, label: str) -> str:
-    return page.locator(f'[data-testid="stSidebar"] input[type="range"][aria-label="{label}"]').input_value()
-
-
-def _click_toggle(page, label: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stCheckbox"]').filter(has_text=label).locator("label").click()
-    page.wait_for_timeout(800)
-
-
-def _choose_model(page, label: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
-    page.get_by_role("option", name=label).click()
-    page.wait_for_timeout(800)
-
-
-def _click_button(page, text: str) -> None:
-    page.get_by_role("button", name=text).first.click()
-
-
-def _clear_chat(page) -> None:
-    """Clear chat, clicked again if the click landed while the last reply's rerun redrew the button."""
-    for attempt in range(3):
-        _click_button(page, "Clear chat")
-        try:
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stChatMessage\"]')", timeout=10_000)
-            return
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError: try once more
-            if attempt == 2:
-                raise
-
-
-def _send(page, text: str) -> None:
-    box = page.locator('[data-testid="stChatInput"] textarea')
-    box.fill(text)
-    box.press("Enter")
-
-
-def _wait_streaming(page, index: int, min_chars: int = 40, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        if _messages(page).count() > index:
-            text = _assistant_text(page, index)
-            if len(text) >= min_chars:
-                return text
-        page.wait_for_timeout(100)
-    raise AssertionError(f"no streamed text in message {index} after {timeout} s (got {text!r})")
-
-
-def _reply_tokens(page, index: int, timeout_ms: int = 120_000) -> int:
-    """The token count in the figures under assistant message `index`, once the reply is done."""
-    row = _messages(page).nth(index).locator(".stat-row")
-    row.filter(has_text="tokens").first.wait_for(timeout=timeout_ms)
-    return int(re.search(r"(\d+) tokens", row.first.inner_text()).group(1))
+# whether the live block picture lies wholly between the top of the window and the chat input pinned to its bottom
+LIVE_IN_VIEW = """() => { const bp = document.querySelector('.bp.live');
+  const box = document.querySelector('[data-testid="stBottom"]');
+  if (!bp) return false;
+  const r = bp.getBoundingClientRect();
+  return r.top >= 0 && r.bottom <= (box ? box.getBoundingClientRect().top : window.innerHeight); }"""
+# a live frame that filled n+ slots in one step, from the fifth step on (some text already written)
+LIVE_MANY = f"""n => {{ const f = ({LIVE_FRAME})(), m = f ? f[0].match(/step (\\d+)$/) : null;
+  return f !== null && f[1] >= n && m !== null && Number(m[1]) >= 5; }}"""
 
 
 # A MutationObserver that records the live block picture of the last chat message at every change of the page:
 # [ms, the reply's figures are drawn (it is done), slots, slots not masked, slots filled by this step].
 WATCH_PICTURE = """() => {
   window.pictureLog = [];
+  if (window.pictureWatch) window.pictureWatch.disconnect();  // one watcher at a time
   const t0 = performance.now();
-  new MutationObserver(() => {
+  window.pictureWatch = new MutationObserver(() => {
     const msgs = document.querySelectorAll('[data-testid="stChatMessage"]');
     const last = msgs[msgs.length - 1];
     const bp = last ? last.querySelector('.bp') : null;
@@ -324,7 +182,8 @@ WATCH_PICTURE = """() => {
     window.pictureLog.push([Math.round(performance.now() - t0), !!last.querySelector('.stat-row'), slots.length,
                             bp.querySelectorAll('.bp-slots .slot:not(.mask)').length,
                             bp.querySelectorAll('.bp-slots .slot.new').length]);
-  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+  });
+  window.pictureWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
 
 
@@ -333,7 +192,8 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
 
     # About five seconds of download, so the byte progress is visible for a while.
     with FakeHub({REPO: demo["folder"]}, rate=max(1e5, demo["bytes"] / 5)) as hub, \
-            _streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO), "e2e-streamlit.log") as url, \
+            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=REPO),
+                      _log("e2e-streamlit.log")) as url, \
             _page(browser) as (page, requests):
         page.goto(url)
 
@@ -345,24 +205,24 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         _shot(page, "01-first-run-download")
         expect(page.locator('[data-testid="stChatInput"] textarea')).to_be_visible(timeout=180_000)
         assert [r for r in hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
-        assert f"Running {REPO}" in _sidebar_text(page)
+        assert f"Running {REPO}" in sidebar_text(page)
         _shot(page, "02-ready")
 
         # 2. A long reply streams token by token; the server stays responsive; controls are disabled.
         #    The demo model writes thousands of tokens per second: slow motion makes the stream watchable.
-        _click_toggle(page, "Slow motion")
-        _set_number(page, "Max new tokens", demo["context"] - 64)
+        click_toggle(page, "Slow motion")
+        set_number(page, "Max new tokens", demo["context"] - 64)
         # A long reply, so that it is still streaming when Stop is pressed: greedy (the same reply every run) on a
         # play's opening, which the demo model writes on at length (219 tokens, ~9 s in slow motion; sampled, or on
         # a count, which it now ends after ~30 numbers, a reply can be over in 2 s)
-        _slider_to_min(page, "Temperature")
-        _send(page, "Continue this scene:\nKING HENRY.\nNow, lords, for France; the enterprise" if demo["skills"]
+        slider_to_min(page, "Temperature")
+        send(page, "Continue this scene:\nKING HENRY.\nNow, lords, for France; the enterprise" if demo["skills"]
               else "KING HENRY.\nNow, lords, for France; the enterprise")
-        first = _wait_streaming(page, 1)
-        body, took = _get(url + "/_stcore/health", 5)
+        first = wait_streaming(page, 1)
+        body, took = get(url + "/_stcore/health", 5)
         assert body.strip() == "ok" and took < 1.0, f"health answered in {took:.2f} s while streaming"
         page.wait_for_timeout(600)
-        later = _assistant_text(page, 1)
+        later = assistant_text(page, 1)
         # Markdown may re-render the tail of a growing reply (a line becomes a list item, a `*` pair turns into
         # emphasis), so compare the opening words only, with white space folded
         head = " ".join(first.split())[:20]
@@ -370,15 +230,19 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
         expect(page.locator('[data-testid="stSidebar"] input[type="range"][aria-label="Temperature"]')).to_be_disabled()
         _shot(page, "03-streaming")
 
-        # 3. Stop mid-reply: the partial reply stays, marked as stopped, also after the next rerun.
-        page.get_by_role("button", name="Stop script").click()
+        # 3. Stop mid-reply: the partial reply stays, marked as stopped, with its figures, also after the next rerun.
+        #    The button is named for what it does (Streamlit's own name is "Stop script").
+        expect(page.get_by_role("button", name="Stop script")).to_have_count(0)
+        page.get_by_role("button", name="Stop the reply").click()
         page.wait_for_timeout(1500)
-        stopped = _assistant_text(page, 1)
+        stopped = assistant_text(page, 1)
         assert len(stopped) >= len(later) - 5
-        _set_number(page, "Seed", 7)  # any widget change reruns the page
+        set_number(page, "Seed", 7)  # any widget change reruns the page
         expect(page.get_by_text("stopped by you")).to_be_visible(timeout=20_000)
-        kept = _assistant_text(page, 1)
+        kept = assistant_text(page, 1)
         assert kept and stopped.rstrip(" ▌").startswith(kept[:20]), (kept[:60], stopped[:60])
+        figures = messages(page).nth(1).locator(".stat-row").first.inner_text()
+        assert re.search(r"\d+ tokens", figures) and "tok/s" in figures and "first token" in figures, figures
         _shot(page, "04-stopped-kept")
         _assert_only_local(requests)
     with open(os.path.join(ARTIFACTS, "e2e-summary.json"), "w") as f:
@@ -388,8 +252,8 @@ def test_first_run_download_stream_and_stop(browser, demo, tmp_path):
 def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path):
     from playwright.sync_api import expect
 
-    env = _app_env(tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{_free_port()}")  # the Hub out of reach
-    with _streamlit(env, "e2e-streamlit-offline.log") as url, _page(browser) as (page, requests):
+    env = _app_env(tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")  # the Hub out of reach
+    with streamlit(env, _log("e2e-streamlit-offline.log")) as url, _page(browser) as (page, requests):
         chat_box = page.locator('[data-testid="stChatInput"] textarea')
         page.goto(url)
 
@@ -397,9 +261,21 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         expect(page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded")) \
             .to_be_visible(timeout=60_000)
         expect(chat_box).to_be_visible(timeout=60_000)
-        assert "Running the bundled demo model" in _sidebar_text(page)
-        assert "1.2 GB download" not in _sidebar_text(page)
+        assert "Running the bundled demo model" in sidebar_text(page)
+        assert "1.2 GB download" not in sidebar_text(page)
         expect(page.locator('[data-testid="stToast"]')).to_have_count(0)  # nothing covers the notice
+        picker = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Model")
+        assert picker.input_value().startswith("Demo model"), picker.input_value()  # the model that runs
+        notice = page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded").inner_text()
+        assert "runs offline" not in notice and "runs offline" in sidebar_text(page)  # described once, in the sidebar
+        picker.click()
+        options = page.get_by_role("option")
+        expect(options.first).to_be_visible(timeout=10_000)
+        names = options.all_inner_texts()
+        assert "bitnet-b1.58-2B-4T-bf16 · 4.8 GB" in names, names
+        assert any("Llama3-8B" in n and "GB" in n for n in names), names
+        _shot(page, "14-picker-sizes")
+        page.keyboard.press("Escape")
         page.get_by_role("button", name="Retry the download").click()
         expect(page.get_by_text("Tried again at")).to_be_visible(timeout=30_000)
         _shot(page, "05-offline-demo-notice")
@@ -407,8 +283,8 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         # 2. The detour: the user's settings, then "Pick another model", a mistyped folder (an error page),
         #    and back to the demo model. The settings are still the user's; the reply has its normal length.
         max_tokens = 64
-        _set_number(page, "Max new tokens", max_tokens)
-        temperature = _slider_value(page, "Temperature")
+        set_number(page, "Max new tokens", max_tokens)
+        temperature = slider_value(page, "Temperature")
         page.get_by_role("button", name="Pick another model").click()
         expect(page.get_by_text("Type a Hub repo id")).to_be_visible(timeout=20_000)
         box = page.get_by_label("Hub repo id or folder", exact=True)
@@ -416,15 +292,15 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         box.press("Enter")
         expect(page.get_by_text("That model was not found")).to_be_visible(timeout=20_000)
         _shot(page, "06-error-page")
-        _click_button(page, "Use the bundled demo model")
+        click_button(page, "Use the bundled demo model")
         expect(chat_box).to_be_visible(timeout=60_000)
         assert page.get_by_label("Max new tokens", exact=True).input_value() == str(max_tokens)
-        assert _slider_value(page, "Temperature") == temperature
-        _set_number(page, "Seed", 3)  # touching any control used to bring the others back at their minimum
+        assert slider_value(page, "Temperature") == temperature
+        set_number(page, "Seed", 3)  # touching any control used to bring the others back at their minimum
         assert page.get_by_label("Max new tokens", exact=True).input_value() == str(max_tokens)
         first_prompt = demo["skills"][0] if demo["skills"] else "ROMEO.\nBut soft, what light through yonder window"
-        _send(page, first_prompt)
-        tokens = _reply_tokens(page, 1)
+        send(page, first_prompt)
+        tokens = reply_tokens(page, 1)
         assert tokens >= 8, f"a {tokens}-token reply after the detour"
         _shot(page, "07-after-the-detour")
 
@@ -432,45 +308,60 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         #    The app draws it at the first step and then at most every REDRAW_S, and ends on the last step; the
         #    demo model's replies now take ~20 ms, within a browser frame or two, so whether a frame lands before
         #    the footer is up to the browser's batching: every frame it shows is checked, streamed or final.
-        _clear_chat(page)
+        clear_chat(page)
         page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
         page.wait_for_timeout(800)
-        _set_number(page, "Max new tokens", min(192, demo["context"] - 96))
+        set_number(page, "Max new tokens", min(192, demo["context"] - 96))
         page.evaluate(WATCH_PICTURE)
-        _send(page, demo["open"][0] if demo["open"] else "KING HENRY.\nNow, lords, for France; the enterprise")
-        _reply_tokens(page, 1)
+        send(page, demo["open"][0] if demo["open"] else "KING HENRY.\nNow, lords, for France; the enterprise")
+        reply_tokens(page, 1)
         log = page.evaluate("() => window.pictureLog")
         assert log, "the live block picture never showed"
         assert all(r[2] > 0 and r[3] > 0 for r in log), f"an empty block picture: {log}"
 
-        # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step.
-        _clear_chat(page)
-        _click_toggle(page, "Slow motion")
-        page.evaluate(WATCH_PICTURE)
-        shown = None
-        for attempt in range(3):  # the demo model's reply lasts ~2 s even in Slow motion: a busy CI may miss it
-            if attempt:
-                _reply_tokens(page, 1)
-                _clear_chat(page)
+        # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step, at two
+        #    rates a presenter sets: a step every 1/rate seconds. The second reply comes under the first: its live
+        #    picture is kept in view while it fills. The finished reply keeps its picture, no click.
+        clear_chat(page)
+        click_toggle(page, "Slow motion")
+        slider_to_min(page, "Temperature")  # greedy: the same reply at both rates
+        periods, skill = {}, None
+        for rate in (8, 2):
+            set_slider(page, "Steps per second", rate)
+            for prompt in ([skill] if skill else demo["skills"][:4] or [OPEN_PROMPT]):  # a reply of 5+ steps
+                if rate == 8:
+                    clear_chat(page)
                 page.evaluate(WATCH_PICTURE)
-            if demo["skills"]:
-                _click_button(page, suggestions.button_label(demo["skills"][0]))
-            else:
-                _send(page, "ROMEO.\nBut soft, what light through yonder window breaks?")
-            expect(_messages(page).last.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
-            shown = _shot_live_frame(page, "08-diffusion-live-block")
-            if shown is not None:
-                break
-        assert shown is not None, "the live block picture never showed while a reply streamed (3 tries)"
-        _reply_tokens(page, 1)
+                page.evaluate(WATCH_PACE)
+                send(page, prompt)
+                expect(messages(page).last.locator(".bp .slot.new").first).to_be_visible(timeout=60_000)
+                if rate == 2:  # a step lasts half a second: one shot of a frame that filled several slots
+                    with contextlib.suppress(Exception):  # playwright's TimeoutError: then the frame shown now
+                        page.wait_for_function(LIVE_MANY, arg=3 if demo["skills"] else 1, timeout=20_000)
+                    page.wait_for_timeout(300)  # the page's own scroll
+                    assert page.evaluate(LIVE_IN_VIEW), "the live block picture is out of sight"
+                    _shot(page, "08-diffusion-live-block")
+                reply_tokens(page, messages(page).count() - 1)
+                if len(page.evaluate("() => window.stepLog")) >= 5:
+                    skill = prompt
+                    break
+            periods[rate] = step_period(page.evaluate("() => window.stepLog"))
+        assert 0.3 <= periods[2] <= 0.9 and 0.06 <= periods[8] <= 0.3 and periods[2] > 2.2 * periods[8], periods
         if demo["skills"]:
             most = max(r[4] for r in page.evaluate("() => window.pictureLog"))
-            assert most >= 3, f"at most {most} slots filled in one step on a skill prompt ({shown} around the shot)"
+            assert most >= 3, f"at most {most} slots filled in one step on a skill prompt"
+        expect(messages(page).last.locator('[data-testid="stExpander"]')).to_be_visible(timeout=30_000)  # stored
+        finished = messages(page).last.locator(".bp-final")
+        expect(finished).to_be_visible()  # after the reply, without a click
+        assert finished.locator(".tok").count() >= 3 and "Block diffusion writes" in finished.inner_text()
+        finished.scroll_into_view_if_needed()
+        _shot(page, "12-finished-picture")
 
         # 5. The replay: as it plays, the slider shows the step the picture shows.
-        page.get_by_text("diffusion steps").last.click()
+        replay = messages(page).last.locator('[data-testid="stExpander"]').filter(has_text="diffusion steps")
+        expect(replay).to_be_visible(timeout=30_000)  # drawn once the reply is stored (its figures come first)
+        replay.get_by_text("diffusion steps").click()
         page.wait_for_timeout(500)
-        replay = page.locator('[data-testid="stExpander"]').filter(has_text="diffusion steps").last
         steps = int(re.search(r"Replay the (\d+) diffusion steps", replay.inner_text()).group(1))
         replay.get_by_role("button", name="Play").click()
         seen = []
@@ -486,40 +377,69 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         shown = [p for p in seen if None not in p]
         assert shown and all(abs(s - k) <= 1 for s, k in shown), f"slider vs picture step: {seen}"
         assert len({k for _, k in shown}) >= min(3, steps), f"the replay did not play: {seen}"
-        _click_toggle(page, "Slow motion")
 
-        # 6. Compare on a skill prompt, greedy: the same text on both sides, tokens per forward explained. The
-        #    demo model's skill prompts are tried in the file's order until the two texts agree (at most 8).
-        _slider_to_min(page, "Temperature")
-        _set_number(page, "Max new tokens", 64)
+        # 6. Compare in Slow motion at two rates, from its suggestions: both sides take a step at a time (AR a token,
+        #    diffusion a step), so diffusion's steps and AR's tokens come at the same pace; no suggestion stays.
+        set_number(page, "Max new tokens", 64)
         page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
         expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
-        compare_box = page.get_by_placeholder("A prompt to run both ways…")
+        offered = [suggestions.button_label(p) for p in demo["skills"] + demo["open"]]
+        compare_periods = {}
+        for rate in (12, 4):
+            set_slider(page, "Steps per second", rate)
+            if rate == 12 and offered:  # the first run starts from the suggestions
+                expect(page.get_by_role("button", name=offered[0])).to_have_count(1)
+
+            def streaming(rate=rate):
+                expect(page.locator(".bp.live").first).to_be_visible(timeout=60_000)
+                for name in offered:
+                    expect(page.get_by_role("button", name=name)).to_have_count(0)  # no stale suggestion
+                expect(page.locator('[data-testid="stMetric"]')).to_have_count(0)  # nor the last run's summary
+                if rate == 4:
+                    page.wait_for_timeout(2000)
+                    _shot(page, "13-compare-slow-motion")
+            compare(page, skill, streaming)  # the chat's prompt, whose reply has enough steps
+            steps = page.evaluate("() => window.stepLog")
+            diffusion_period = step_period(steps)
+            ar_row = page.locator(f"{FRESH} .stat-row").filter(has_text="Autoregressive").first.inner_text()
+            ar_tokens = int(re.search(r"(\d+) tokens", ar_row).group(1))
+            ar_done = page.evaluate("""() => { const log = window.rowLog, cleared = log.findIndex(r => r[1] === 0);
+                return log.slice(cleared + 1).find(r => r[1] >= 2)[0]; }""")  # both replies' figures drawn
+            ar_period = (ar_done - steps[0][0]) / 1000 / max(ar_tokens - 1, 1)
+            assert 0.5 / rate <= diffusion_period <= 2.5 / rate, (rate, diffusion_period)
+            assert 0.5 <= ar_period / diffusion_period <= 2.0, (rate, ar_period, diffusion_period)  # in step
+            compare_periods[rate] = diffusion_period
+        assert compare_periods[4] > 1.8 * compare_periods[12], compare_periods
+        click_toggle(page, "Slow motion")
+
+        # 7. Compare on a skill prompt, greedy: the same text on both sides, tokens per step explained. The
+        #    demo model's skill prompts are tried in the file's order until the two texts agree (at most 8).
+        slider_to_min(page, "Temperature")
         agree = ""
         for prompt in demo["skills"][:8] or ["HAMLET.\nTo be, or not to be, that is the question:"]:
-            expect(compare_box).to_be_enabled(timeout=60_000)  # the view switch (or the last run) is over
-            compare_box.fill(prompt)
-            compare_box.press("Enter")
-            # Streamlit keeps the previous run's elements on the page, marked data-stale, until it redraws
-            # them: read the agreement only from a fresh summary under this prompt (the run is over).
-            page.wait_for_function(FRESH_COMPARE, arg=prompt, timeout=180_000)
+            compare(page, prompt)
             agree = page.locator(f'{FRESH} [data-testid="stMetric"]').filter(has_text="Do the texts agree?").inner_text()
             if "identical" in agree:
                 break
-        expect(page.get_by_text("Tokens per forward", exact=False).last).to_be_visible()
+        expect(page.get_by_text("Tokens per step", exact=False).last).to_be_visible()
+        why = page.locator(FRESH).filter(has_text=re.compile(r"^Block diffusion was")).last.inner_text()
+        assert "tokens on average" in why and "AR tokens" in why, why  # why it won or lost, in one sentence
         if demo["skills"]:
             assert "identical" in agree, f"no skill prompt gave the same text both ways: {agree}"
-        page.get_by_text("Compare: autoregressive vs block diffusion").scroll_into_view_if_needed()
-        _shot(page, "10-compare")
+        page.locator(FRESH).filter(has_text=re.compile(r"^Block diffusion was")).last.scroll_into_view_if_needed()
+        _shot(page, "10-compare")  # the replies' ends, the summary and its sentence
 
-        # 7. Export the chat (the skill reply of step 4) as Markdown: it names the model that ran.
+        # 8. Export the chat (the skill reply of step 4) as Markdown: it names the model that ran, and keeps the
+        #    reply's line breaks (a count or a table is not one paragraph).
         page.locator('[data-testid="stButtonGroup"] button', has_text="Chat").click()
         expect(chat_box).to_be_visible(timeout=20_000)
         with page.expect_download() as download:
             page.locator('[data-testid="stSidebar"]').get_by_role("button", name="Markdown").click()
         with open(download.value.path(), encoding="utf-8") as f:
             exported = f.read()
-        assert f"# Chat with {sources.DEMO_LABEL}" in exported and "### Assistant" in exported
+        assert f"# Chat with {model_choices.DEMO_LABEL}" in exported and "### Assistant" in exported
+        reply_md = exported.split("### Assistant", 1)[1]
+        assert "\n" not in reply_md.strip().split("\n\n")[0].replace("  \n", ""), reply_md[:200]
         _assert_only_local(requests)
 
 
@@ -531,19 +451,20 @@ def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
     repo = "org/llama3-tiny-1.58bit"
     truth = make_family_checkpoint(str(tmp_path / "llama3"), "llama3")
     with FakeHub({repo: truth["folder"]}) as hub, \
-            _streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo), "e2e-streamlit-llama.log") as url, \
+            streamlit(_app_env(tmp_path, HF_ENDPOINT=hub.url, BITNET_APP_MODEL=repo),
+                      _log("e2e-streamlit-llama.log")) as url, \
             _page(browser) as (page, requests):
         page.goto(url)
         chat_box = page.locator('[data-testid="stChatInput"] textarea')
         expect(chat_box).to_be_visible(timeout=180_000)
         assert [r for r in hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
-        assert f"Running **{repo}**" in _sidebar_text(page) or f"Running {repo}" in _sidebar_text(page)
+        assert f"Running **{repo}**" in sidebar_text(page) or f"Running {repo}" in sidebar_text(page)
         page.get_by_text("What each model needs here").click()
         expect(page.get_by_text("tiiuae/Falcon3-7B-Instruct-1.58bit")).to_be_visible(timeout=10_000)
-        _set_number(page, "Max new tokens", 16)
-        _set_number(page, "Seed", 5)
-        _send(page, "Hello! How are you today?")
-        tokens = _reply_tokens(page, 1)
+        set_number(page, "Max new tokens", 16)
+        set_number(page, "Seed", 5)
+        send(page, "Hello! How are you today?")
+        tokens = reply_tokens(page, 1)
         assert 1 <= tokens <= 16
         _shot(page, "11-llama-family")
         _assert_only_local(requests)

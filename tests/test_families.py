@@ -20,7 +20,6 @@ rules: multiply instead of divide median 1.1..1.2, relu2 for silu 0.36, sub-norm
 the head 1.9, llama3 rope scaling ignored 0.10 (3.3x its tolerance of 0.03); all part from the reference's
 greedy text at step 0.
 """
-import json
 import os
 import shutil
 
@@ -33,6 +32,7 @@ from bitnet_app.engine import packing
 from bitnet_app.engine.file import EngineFile, write_engine_file
 from bitnet_app.engine.rope import rope_inv_freq
 from bitnet_app.model import Model
+from checkpoints import edit_json
 from family_checkpoints import FAMILIES, load_family_reference, make_family_checkpoint
 from test_engine import logits_of_a_chat
 from test_kernels import PATHS
@@ -279,16 +279,7 @@ def test_wrong_rules_fail_the_same_checks(cases, name, bug):
 # unknown combinations: a clear refusal naming the key and the value, never a wrong answer
 
 def _edit_config(folder, **changes):
-    path = os.path.join(folder, "config.json")
-    with open(path) as f:
-        cfg = json.load(f)
-    for k, v in changes.items():
-        if v is None:
-            cfg.pop(k, None)
-        else:
-            cfg[k] = v
-    with open(path, "w") as f:
-        json.dump(cfg, f)
+    edit_json(folder, "config.json", **changes)
 
 
 def _drop_tensor(folder, name):

@@ -350,3 +350,105 @@ def test_a_format_2_file_still_opens_and_computes_the_same(ckpt, tmp_path):
     a = Model.open(new, lm_head="exact", threads=1).logits(ids)
     b = Model.open(old, lm_head="exact", threads=1).logits(ids)
     assert np.array_equal(a, b)
+
+
+# ---- re-sealed files (issue 33): edits whose checksums were recomputed, as an attacker or a buggy writer does ------
+def reseal_data(path, edit):
+    """Apply edit(tensors) to the writable tensors of the file (name -> numpy view of its bytes), then recompute
+    every chunk sum and write them back under a valid metadata digest: damage no checksum can see."""
+    data, meta = _split(path)
+    raw = np.frombuffer(data, np.uint8)
+    views = {name: raw[e["offset"]:e["offset"] + e["nbytes"]].view(e["dtype"]).reshape(e["shape"])
+             for name, e in meta["tensors"].items()}
+    edit(views)
+    start, end = meta["layout"]["data_start"], meta["layout"]["file_bytes"]
+    step = meta["layout"]["chunk_bytes"]
+    sums = [int(engine_file._words(raw[b:min(end, b + step)]).sum(dtype=np.uint64)) for b in range(start, end, step)]
+    with open(path, "wb") as f:
+        f.write(data)
+    rewrite_meta(path, lambda m: m["layout"].update(chunk_sums=sums))
+
+
+def _code_3(views):
+    views["layers.1.down.codes"].reshape(-1)[100] |= 0b11 << 4   # one 2-bit field of one byte set to the unused 3
+
+
+def _rowsum(views):
+    views["head.rowsum"][5] += 1
+
+
+RESEALED = {
+    "config with 1 layer over a file of 2 (was: a one-layer model ran)": (
+        lambda p: rewrite_meta(p, lambda m: m["config"].update(num_hidden_layers=1)),
+        r"holds tensor 'layers\.1\.attn_norm' \(\d+ such\), which its config \(num_hidden_layers = 1\) has no place"),
+    "a tensor the config needs dropped from the table": (
+        lambda p: rewrite_meta(p, lambda m: m["tensors"].pop("layers.0.o.scale")),
+        r"tensor 'layers\.0\.o\.scale' is missing"),
+    "rms_norm_eps 2^31": (lambda p: rewrite_meta(p, lambda m: m["config"].update(rms_norm_eps=2.0 ** 31)),
+                          r"rms_norm_eps = 2147483648\.0, outside the range a real model could have"),
+    "NaN in the final norm": (lambda p: reseal_data(p, lambda v: v["norm"].__setitem__(3, np.nan)),
+                              r"tensor 'norm' holds nan at index 3"),
+    "an infinity in a per-row scale": (lambda p: reseal_data(p, lambda v: v["layers.0.qkv.scale"].__setitem__(
+        9, np.inf)), r"tensor 'layers\.0\.qkv\.scale' holds inf at index 9"),
+    "a per-row scale of 1e30 (finite, past any real weight)": (
+        lambda p: reseal_data(p, lambda v: v["layers.1.gate_up.scale"].__setitem__(2, 1e30)),
+        r"tensor 'layers\.1\.gate_up\.scale' holds 1e\+30 at index 2 \(weights are finite numbers no larger than"),
+    "NaN in the int8 head's scales": (lambda p: reseal_data(p, lambda v: v["head.scale"].__setitem__(0, np.nan)),
+                                      r"tensor 'head\.scale' holds nan at index 0"),
+    "the unused ternary code 3": (lambda p: reseal_data(p, _code_3),
+                                  r"tensor 'layers\.1\.down\.codes' holds the unused ternary code 3 \(its byte 100\)"),
+    "head.rowsum not the sums of head.i8": (lambda p: reseal_data(p, _rowsum),
+                                            r"head\.rowsum\[5\] is -?\d+, but row 5 of head\.i8 sums to -?\d+"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESEALED))
+def test_a_resealed_engine_file_is_refused_for_its_values(ckpt, tmp_path, name):
+    damage, message = RESEALED[name]
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"), packing="2bit")  # (code 3: the 2-bit layout's)
+    damage(path)
+    with pytest.raises(EngineFileError, match=message) as info:
+        Model.open(path)
+    assert "is damaged" in str(info.value) or "Convert the checkpoint again" in str(info.value)
+
+
+def test_a_large_file_finds_code_3_in_the_chunks_it_verifies(ckpt, tmp_path, monkeypatch):
+    """Past FULL_VERIFY_BYTES the codes are checked in the chunks each open sums (the first, the last and two random
+    ones); verify="full" checks every chunk's codes (2-bit tiles: every byte of 1.6-bit ones is a valid code)."""
+    monkeypatch.setattr(engine_file, "CHUNK_BYTES", 4096)
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"), packing="2bit")
+    reseal_data(path, _code_3)
+    monkeypatch.setattr(engine_file, "FULL_VERIFY_BYTES", 0)
+    with pytest.raises(EngineFileError, match="unused ternary code 3"):
+        EngineFile(path, verify="full")
+
+
+def _nan_embedding_row(path, row):
+    reseal_data(path, lambda v: v["embed"].__setitem__(row, 0x7FC0))  # the embedding is only summed at an open
+
+
+def test_non_finite_logits_stop_the_reply_naming_the_file(ckpt, tmp_path):
+    """A NaN the open cannot see (the 1.2 GB embedding is not read whole at every open) gave all-NaN logits and
+    random ids; now the forward stops with an error naming the file as damaged, and the engine stays usable."""
+    from bitnet_app.engine.validate import NonFiniteLogits
+
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"))
+    good = Model.open(path, threads=1).logits([1, 2, 3])
+    _nan_embedding_row(path, 7)
+    model = Model.open(path, threads=1)
+    with pytest.raises(NonFiniteLogits, match=f"{path} is damaged: the engine computed logits that are not finite"):
+        model.complete([1, 7, 3], max_new_tokens=4)
+    with pytest.raises(NonFiniteLogits):
+        model.logits([5, 7])
+    np.testing.assert_array_equal(model.logits([1, 2, 3]), good)   # the other rows are sound, and so is the cache
+    assert model.engine.n_past == 3
+
+
+def test_the_cli_reports_a_damaged_model_in_one_line(ckpt, tmp_path):
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"))
+    _nan_embedding_row(path, EngineFile(path).meta["bos_id"])   # every prompt starts with it
+    r = subprocess.run([sys.executable, "-m", "bitnet_app", "generate", "--model", path, "--raw", "--prompt", "hi",
+                        "--max-new-tokens", "3"], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"error: {path} is damaged" in r.stderr and "Convert the checkpoint again" in r.stderr

@@ -15,6 +15,7 @@ from bitnet_app.decode.context import ContextOverflow
 from bitnet_app.decode.events import Done, Token
 from bitnet_app.model import Model
 from bitnet_app.decode.sampling import Sampler
+from bitnet_app.params import DecodeParams
 from checkpoints import make_hf_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,7 +82,7 @@ def test_stop_ids_end_generation_and_are_not_output(model):
     assert len(free) == 12
     stop = free[5]
     first = free.index(stop)
-    events = list(generate_ar(model.engine, ids, sampler=Sampler(), stop_ids=[stop], max_new_tokens=12,
+    events = list(generate_ar(model.engine, ids, DecodeParams(max_new_tokens=12), sampler=Sampler(), stop_ids=[stop],
                               detokenizer=model.tokenizer.detokenizer()))
     done = events[-1]
     assert done.stop_reason == "stop"

@@ -1,5 +1,5 @@
 """The package's shape: data flows one way between its stages, decode defaults live in one place, and so do the
-kernel paths' names.
+kernel paths' names; the one DecodeParams of a reply is built at an edge (page, CLI, API) only.
 
 Read from the source text (ast), so the checks see every import, including the lazy ones inside functions.
 """
@@ -19,11 +19,14 @@ FORBIDDEN = {
     # the page draws; it calls source, model, params, catalog, decode events (the machine through catalog and model)
     "ui": {"checkpoint", "engine", "_engine", "machine"},
     "engine": {"checkpoint", "source", "model", "decode", "text", "ui", "params"},
-    "checkpoint": {"source", "model", "decode", "text", "ui"},
+    # checkpoint may call text's checks: a tokenizer or chat template is refused at conversion by the code that
+    # uses it; a checkpoint knows no decode settings
+    "checkpoint": {"source", "model", "decode", "ui", "params"},
+    "text": {"checkpoint", "engine", "source", "model", "decode", "ui", "params", "catalog"},  # a leaf: text alone
     "decode": {"checkpoint", "engine", "source", "model", "text", "ui"},
     "params": {"checkpoint", "engine", "source", "model", "decode", "text", "ui", "units", "demo"},
     "source": {"model", "decode", "text", "ui"},
-    "model": {"source", "ui"},
+    "model": {"source", "ui", "checkpoint"},  # the model reads engine files, never checkpoint folders
     # what each model needs here: shapes and arithmetic, and the machine's figures through machine.py
     "catalog": {"engine", "_engine", "source", "model", "decode", "text", "ui", "bench"},
     # this computer: it reads the OS and the C engine's read roof, and nothing of the package above them
@@ -140,6 +143,35 @@ def test_the_default_check_finds_each_form():
                                                                     "threshold", "top_p"]
 
 
+# Where a DecodeParams may be built: the three edges (the page, the CLI, the API in model.py) and params.py itself.
+# Everything below them takes the object whole (bitnet_app/params.py).
+DECODE_PARAMS_EDGES = {"params.py", "model.py", "__main__.py", "ui/state.py"}
+
+
+def _builds_decode_params(tree) -> list[int]:
+    """Lines that construct a DecodeParams: DecodeParams(...) or one of its constructors (DecodeParams.from_kwargs)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute):
+                f = f.value
+            if isinstance(f, ast.Name) and f.id == "DecodeParams":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_decode_params_are_built_only_at_the_edges():
+    found = [f"{rel}:{line}" for rel, _dotted, tree in _modules() if rel not in DECODE_PARAMS_EDGES
+             for line in _builds_decode_params(tree)]
+    assert not found, "DecodeParams built below the page, the CLI and the API: " + ", ".join(found)
+
+
+def test_the_edge_check_finds_each_form():
+    src = "p = DecodeParams(mode='ar')\nq = DecodeParams.from_kwargs(**kw)\nr = p.resolve({}, vocab_size=3)\n"
+    assert _builds_decode_params(ast.parse(src)) == [1, 2]
+
+
 def _code_lines(path):
     """(line number, text) of the lines that carry code: no blanks, comments, docstring-only or import lines."""
     out = []
@@ -207,7 +239,8 @@ def test_the_path_name_check_finds_literals():
     assert sorted(n for _, n in _path_names(ast.parse(src))) == sorted([kp.AMX, kp.AVX2, kp.AVX512, kp.PORTABLE])
 
 
-@pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar", "vs_bitnet_cpp"])
+@pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar", "vs_bitnet_cpp", "sampled_decoding",
+                                  "logit_rows", "page_vs_api"])
 def test_benchmarks_are_modules_of_the_checkout(name):
     """`python -m benchmarks.<name>` from the repository root: importable, with no sys.path edits."""
     import importlib

@@ -92,3 +92,21 @@ def test_the_page_and_the_api_start_from_the_same_diffusion_defaults(env):
     for name, value in model.diffusion_defaults.items():
         if name != "mask_id":  # not a sidebar setting
             assert at.session_state[name] == value, name
+
+
+def test_the_sidebar_draws_the_knobs_params_places_there_from_the_checkpoint(env):
+    """Each knob with a sidebar section in params.py is a widget keyed by its name, labelled from its metadata,
+    and starts from the checkpoint's own values (Model.suggested_params), bar the ones a user keeps."""
+    from bitnet_app.params import KNOBS, SECTIONS, sidebar_knobs
+    from bitnet_app.ui.state import KEPT_ACROSS_MODELS
+
+    at = AppTest.from_file(os.path.join(REPO, "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    widgets = {w.key: w for kind in ("radio", "slider", "number_input", "selectbox") for w in getattr(at.sidebar, kind)}
+    start = bitnet_app.load_model("demo", threads=1).suggested_params()
+    for name in (n for section in SECTIONS for n in sidebar_knobs(section)):
+        assert name in widgets and widgets[name].label == KNOBS[name].metadata["label"], name
+        if name not in KEPT_ACROSS_MODELS:
+            value = getattr(start, name)
+            assert at.session_state[name] == (round(value, 2) if isinstance(value, float) else value), name

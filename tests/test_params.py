@@ -76,10 +76,11 @@ def test_model_generate_checks_before_it_runs(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--max-new-tokens", "-5"], "max_new_tokens must be an integer >= 1, not -5"),
-    (["--top-k", "2.5"], "top_k must be a whole number"),
-    (["--temperature", "nan"], "temperature must be a number >= 0, not nan"),
-    (["--top-p", "0"], "top_p must be a number in (0, 1]"),
+    (["--max-new-tokens", "-5"], "--max-new-tokens must be an integer >= 1, not -5"),  # flags, not field names
+    (["--top-k", "2.5"], "--top-k must be a whole number"),
+    (["--temperature", "nan"], "--temperature must be a number >= 0, not nan"),
+    (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+    (["--seed", "-1"], "--seed must be an integer >= 0, not -1"),  # no "or None": leaving the flag out does that
 ])
 def test_the_cli_refuses_bad_values_in_one_line(flags, words, tmp_path):
     r = subprocess.run([sys.executable, "-m", "bitnet_app", "generate", "--model", str(tmp_path / "none.bitnet"),
@@ -87,3 +88,36 @@ def test_the_cli_refuses_bad_values_in_one_line(flags, words, tmp_path):
                        env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("error: ") and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_model_takes_one_decode_params_or_keywords(tmp_path, monkeypatch):
+    """Model.generate/complete take a DecodeParams whole (the page's and the CLI's) or its fields as keywords (the
+    API's); both give the same reply, the checkpoint's values are filled in once (decode_params), and a wrong name
+    is a TypeError that names it and lists the known ones."""
+    import bitnet_app
+    from checkpoints import make_hf_checkpoint
+
+    make_hf_checkpoint(str(tmp_path / "ck"), seed=8, mask_token=True)
+    monkeypatch.setenv("BITNET_APP_CACHE", str(tmp_path / "cache"))
+    model = bitnet_app.load_model(str(tmp_path / "ck"), threads=1)
+    ids = model.encode("hello")
+    for mode in ("ar", "diffusion"):
+        keywords = dict(mode=mode, max_new_tokens=6, temperature=0.8, seed=5)
+        given = DecodeParams(**keywords)
+        resolved = model.decode_params(given)
+        assert resolved == model.decode_params(**keywords)
+        assert model.complete(ids, given) == model.complete(ids, resolved) == model.complete(ids, **keywords)
+        assert resolved.resolve({}, vocab_size=model.vocab_size) == resolved  # resolving twice changes nothing
+    d = model.decode_params(mode="diffusion")
+    assert (d.block_size, d.attention, d.mask_id) == (model.diffusion_defaults["block_size"],
+                                                      model.diffusion_defaults["attention"], model.mask_id)
+    assert model.decode_params().mask_id == model.mask_id and model.decode_params().block_size is None
+    with pytest.raises(TypeError) as err:
+        model.generate(ids, temprature=0.5)
+    assert "temprature" in str(err.value) and all(name in str(err.value) for name in KNOBS)
+    with pytest.raises(TypeError, match="not both"):
+        model.complete(ids, DecodeParams(), seed=1)
+    with pytest.raises(TypeError, match="DecodeParams"):
+        model.complete(ids, {"seed": 1})
+    start = model.suggested_params()  # where the page starts: the checkpoint's sampling and diffusion values
+    assert start.block_size == d.block_size and start.temperature == model.generation_defaults["temperature"]

@@ -6,6 +6,7 @@ from tokenizers import Tokenizer
 from bitnet_app.engine import packing
 from bitnet_app.engine.file import EngineFile
 from bitnet_app.checkpoint.synthetic import SHAPES, random_bf16, random_ternary_tiles, write_synthetic_engine_file
+from test_kernels import PATHS
 
 
 @pytest.mark.parametrize("layout", packing.PACKINGS)
@@ -92,7 +93,7 @@ def test_llama_family_shape_runs_like_the_numpy_reference(tmp_path):
     assert np.median(np.abs(got - ref).max(1) / np.abs(ref).max()) < 1e-5
 
 
-@pytest.mark.parametrize("isa", __import__("test_kernels").PATHS)
+@pytest.mark.parametrize("isa", PATHS)
 @pytest.mark.parametrize("shape", ["tiny-llama", "tiny-1bitllm"])
 def test_family_shapes_agree_with_the_numpy_reference_on_every_path(tmp_path, shape, isa):
     """head_dim 32 with 3:1 GQA (silu, no sub-norms, untied) and head_dim 96 with multi-head attention (silu,

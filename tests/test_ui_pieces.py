@@ -10,7 +10,7 @@ TEXT = {1: "Hi", 2: " <b>", 3: "\n", 4: "!"}
 
 def test_block_picture_frames_track_given_filled_and_new_slots():
     first = block_picture.frame_from_step(Step(32, (1, 2, MASK, MASK), (1,), MASK), TEXT.get)
-    assert first == {"start": 32, "slots": ["Hi", " <b>", None, None], "new": [1], "given": [0]}
+    assert first == {"start": 32, "block": 1, "slots": ["Hi", " <b>", None, None], "new": [1], "given": [0]}
     second = block_picture.frame_from_step(Step(32, (1, 2, 3, MASK), (2,), MASK), TEXT.get, first)
     assert second["given"] == [0] and second["new"] == [2]
     html = block_picture.render(second, caption="step 2")
@@ -18,9 +18,10 @@ def test_block_picture_frames_track_given_filled_and_new_slots():
     assert 'class="slot new">↵<' in html and 'class="slot given">Hi<' in html
     slots = html.split('bp-slots">')[1].split('<div class="legend">')[0]
     assert "&lt;b&gt;" in slots and "<b>" not in slots  # token text is escaped, never markup
-    assert "2/3 slots filled" in html  # the given slot is not counted as generated
+    assert "2 of 3 places filled" in html  # the given slot is not counted as generated
+    assert "Block 1 of the reply" in html and "position" not in html  # words for people, not positions
     other_block = block_picture.frame_from_step(Step(64, (4, MASK), (0,), MASK), TEXT.get, second)
-    assert other_block["given"] == []
+    assert other_block["given"] == [] and other_block["block"] == 2
 
 
 def test_stat_chips_show_the_figures_of_each_mode():
@@ -28,8 +29,14 @@ def test_stat_chips_show_the_figures_of_each_mode():
                                   "tokens_per_forward": 1.0}, "stop_reason": "stop"}
     line = stats.text_line(ar)
     assert "12 tokens" in line and "40.0 tok/s" in line and "first token 50 ms" in line and "forwards" not in line
-    diff = dict(ar, mode="diffusion", stats=dict(ar["stats"], forwards=4, tokens_per_forward=3.0))
-    assert "4 forwards" in stats.text_line(diff) and "3.00 tokens/forward" in stats.text_line(diff)
+    diff = dict(ar, mode="diffusion", stats=dict(ar["stats"], forwards=4, tokens_per_forward=3.0, steps=3,
+                                                 tokens_per_step=4.0))
+    assert "4 forwards" in stats.text_line(diff) and "3 steps" in stats.text_line(diff)
+    assert "4.00 tokens/step" in stats.text_line(diff)
+    assert "drafts" not in stats.text_line(diff)  # none drafted: nothing to say
+    exact = dict(diff, stats=dict(diff["stats"], drafted=8, kept=6, kept_share=0.75))
+    assert "75% of 8 drafts kept" in stats.text_line(exact)
+    assert "75% of 8 drafts kept" in export.to_markdown([dict(exact, role="assistant")], system_prompt="", model="m")
     stopped = {"mode": "ar", "stats": None, "stopped": True}
     assert "stopped by you" in stats.html_row(stopped)
 
@@ -39,6 +46,7 @@ def test_compare_summary():
     df = {"content": "the cat sat", "stats": {"tok_s": 25.0, "tokens_per_forward": 2.5}}
     s = compare_view.summary(ar, df)
     assert s["speedup"] == 2.5 and s["identical"] and s["diffusion_tpf"] == 2.5
+    assert compare_view.why(s) == ""  # no steps, no step cost: no sentence rather than a wrong one
     s = compare_view.summary(ar, dict(df, content="the dog ran"))
     assert not s["identical"] and 0 < s["similarity"] < 1
 
@@ -67,6 +75,9 @@ def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
     assert suggestions.for_folder(str(model)) == [("Spell cat.", "skill")]  # inside the folder wins
     (model / "demo-prompts.json").write_text("{not json")
     assert suggestions.for_folder(str(model)) == suggestions.GENERAL
+    checked = {"skills": [{"prompt": "Count from 3 to 7.", "answer": "3, 4, 5, 6, 7"}], "open": ["ROMEO."]}
+    (tmp_path / "assets" / "demo-suggestions.json").write_text(json.dumps(checked))
+    assert suggestions.for_folder(str(model)) == [("Count from 3 to 7.", "skill"), ("ROMEO.", "open")]  # it wins
     assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
     assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
 
@@ -80,3 +91,143 @@ def test_chat_text_keeps_its_line_breaks_outside_code():
     code = "see:\n```\nx = 1\ny = 2\n```\nend\nnow"
     assert markdown_text(code) == "see:  \n```\nx = 1\ny = 2\n```  \nend  \nnow"
     assert markdown_text("") == "" and markdown_text("one line") == "one line"
+
+
+# ---- issue 32: the presenter's page ------------------------------------------------------------------------
+def test_the_compare_sentence_says_why_diffusion_won_or_lost():
+    """Tokens per step against what a step costs in AR tokens, both measured: their ratio is the speed-up."""
+    ar = {"content": "1 2 3", "stats": {"tokens": 100, "total_s": 0.010, "tok_s": 10_000.0}}
+    won = {"content": "1 2 3", "stats": {"tokens": 100, "steps": 20, "total_s": 0.005, "tok_s": 20_000.0}}
+    s = compare_view.summary(ar, won)
+    assert s["tokens_per_step"] == 5.0 and abs(s["step_in_ar_tokens"] - 2.5) < 1e-9
+    assert abs(s["speedup"] - s["tokens_per_step"] / s["step_in_ar_tokens"]) < 1e-9
+    assert compare_view.why(s).startswith("Block diffusion was 2.00× as fast as AR: each of its steps settled 5.0 "
+                                          "tokens on average, and a step took as long as 2.5 AR tokens")
+    lost = {"content": "1 2 3", "stats": {"tokens": 100, "steps": 50, "total_s": 0.020, "tok_s": 5_000.0}}
+    assert compare_view.why(compare_view.summary(ar, lost)).startswith("Block diffusion was slower than AR (0.50×)")
+
+
+def test_timing_takes_the_median_and_spread_of_the_runs():
+    from bitnet_app.ui import timing
+
+    assert timing.spread([3.0, 1.0, 2.0, 9.0, 4.0]) == {"median": 3.0, "low": 1.0, "high": 9.0, "runs": 5}
+    ar = [{"tokens": 10, "total_s": t, "tok_s": 10 / t} for t in (0.010, 0.020, 0.010)]
+    diff = [{"tokens": 10, "steps": 2, "total_s": t, "tok_s": 10 / t} for t in (0.005, 0.005, 0.020)]
+    m = timing.median_pair(ar, diff)  # speed-ups 2.0, 4.0, 0.5: the median pair is the first
+    assert (m["speedup"], m["low"], m["high"], m["runs"]) == (2.0, 0.5, 4.0, 3)
+    assert m["tokens_per_step"] == 5.0 and abs(m["step_in_ar_tokens"] - 2.5) < 1e-9  # that pair's own figures
+    assert timing.too_short({"total_s": 0.01}) and not timing.too_short({"total_s": 2.0}) and not timing.too_short(None)
+    assert (timing.runs_for(0.01), timing.runs_for(0.2), timing.runs_for(0.4)) == (9, 5, 3)  # odd, about a second
+
+
+def test_a_retimed_reply_shows_the_median_with_its_spread():
+    msg = {"mode": "ar", "stats": {"tokens": 89, "tok_s": 1020.0, "total_s": 0.087},
+           "timing": {"median": 10540.4, "low": 9800.0, "high": 11168.0, "runs": 5}}
+    line = stats.text_line(msg)
+    assert "10,540 tok/s" in line and "median of 5 runs: 9,800–11,168" in line and "1,020" not in line
+
+
+def test_a_stopped_reply_keeps_its_figures():
+    """A Stop ends a reply before its Done: the figures of what it wrote come from the decoder's time measured
+    around each of its events (reply.Work), not from the page's clock."""
+    import time
+
+    from bitnet_app.decode.events import Token
+    from bitnet_app.ui import reply
+
+    def slow_decoder():
+        for i in range(3):
+            time.sleep(0.01)
+            yield Token(i, "ab")
+
+    msg = reply.new_message("ar")
+    view = reply.ReplyView(msg, model=None, show_picture=False)
+    work = reply.Work()
+    for ev in work.timed(slow_decoder()):
+        view.apply(ev)
+        time.sleep(0.05)  # the page's drawing: not the decoder's time
+    view.stopped(work)
+    msg["stopped"] = True
+    assert msg["stats"]["tokens"] == 3 and 0.03 <= msg["stats"]["total_s"] < 0.1
+    line = stats.text_line(msg)
+    assert "3 tokens" in line and "tok/s" in line and "first token" in line and "stopped by you" in line
+
+
+def test_beats_are_a_token_in_ar_and_a_step_with_its_tokens_in_diffusion():
+    from bitnet_app.decode.events import Done, Token
+    from bitnet_app.ui import reply
+
+    tok = [Token(i, str(i)) for i in range(4)]
+    done = Done({}, "stop", "0123")
+    assert list(reply.beats(tok + [done], "ar")) == [[t] for t in tok] + [[done]]
+    s1, s2 = Step(0, (1, MASK), (0,), MASK), Step(0, (1, 2), (1,), MASK)
+    assert list(reply.beats([s1, tok[0], tok[1], s2, tok[2], done], "diffusion")) == \
+        [[s1, tok[0], tok[1]], [s2, tok[2], done]]
+
+
+def test_slow_motion_holds_its_rate():
+    import time
+
+    from bitnet_app.ui import reply
+
+    pacer = reply.Pacer(20)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        pacer.wait()
+    assert 0.45 <= time.perf_counter() - t0 < 0.9  # 10 beats at 20 per second
+    assert not reply.Pacer(None).on
+
+
+def test_the_finished_picture_tints_each_token_by_its_step_and_says_what_it_shows():
+    by_step = [["8 x 1 = 8", 1], ["\n", 1], ["8 x 2", 2], [" = 16", 2], ["", 3]]
+    page = block_picture.render_settled(by_step, {"tokens": 4, "steps": 2, "forwards": 4}, 32)
+    assert page.count('class="tok"') == 4 and 'title="step 2"' in page and "↵" in page
+    assert "Block diffusion writes 32 tokens at a time" in page  # one sentence for people who are not engineers
+    assert "4 tokens took 2 steps" in page and "4 in all, the 2 steps plus 2" in page  # steps vs forwards, once
+
+
+def test_the_picture_never_shows_ids_past_the_replys_end():
+    frame = block_picture.frame_from_step(Step(32, (1, 2, 3, 4), (2, 3), MASK), TEXT.get)
+    block_picture.cut_at(frame, 34)  # the reply ends at position 34: its stop token sits there
+    assert frame["slots"] == ["Hi", " <b>"] and frame["new"] == []
+
+
+def test_the_markdown_export_keeps_single_line_breaks():
+    msgs = [{"role": "user", "content": "The 8 times table"},
+            {"role": "assistant", "content": "8 x 1 = 8\n8 x 2 = 16", "mode": "ar", "stats": None}]
+    assert "8 x 1 = 8  \n8 x 2 = 16" in export.to_markdown(msgs, system_prompt="", model="m")
+
+
+def test_the_memory_footnote_only_comes_with_a_warned_row():
+    from bitnet_app.ui import sidebar
+
+    assert "⚠" not in sidebar.catalog_table(None, free=10**15)  # every model fits: no ⚠ row, no footnote
+    tight = sidebar.catalog_table(None, free=10**9)
+    assert "GB memory ⚠" in tight and "⚠: more than the 1.0 GB of memory free now" in tight
+
+
+def test_a_path_that_does_not_exist_is_not_called_a_checkpoint_folder(tmp_path):
+    from bitnet_app.ui import model_choices
+
+    missing = model_choices.resolve(model_choices.CUSTOM_LABEL, str(tmp_path / "no-such-folder"))
+    assert "checkpoint folder on this computer" not in model_choices.describe(missing)
+    assert "no folder or file" in model_choices.describe(missing)
+    real = model_choices.resolve(model_choices.CUSTOM_LABEL, str(tmp_path))
+    assert "checkpoint folder on this computer" in model_choices.describe(real)
+
+
+def test_the_picker_shows_short_names_with_sizes_and_the_demo_model_standing_in():
+    from bitnet_app.source import DEFAULT_REPO
+    from bitnet_app.ui import model_choices
+
+    assert model_choices.picker_label(DEFAULT_REPO) == "bitnet-b1.58-2B-4T · 1.2 GB"
+    assert all(len(model_choices.picker_label(r)) <= 33 for r in model_choices.choices())  # none cut off
+    assert model_choices.picker_label(DEFAULT_REPO, DEFAULT_REPO).startswith("Demo model")
+
+
+def test_dot_venv_is_ignored():
+    """The README's first step makes .venv in the checkout: git must not offer it for a commit."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, ".gitignore"), encoding="utf-8") as f:
+        assert {".venv", ".venv/", "/.venv", "/.venv/"} & {line.strip() for line in f}

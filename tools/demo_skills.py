@@ -3,266 +3,317 @@
     q, a = make_item(random.Random(1), "count_up", held_out=False)   # ("Count from 12 to 20.", "12, 13, ...")
     family = pick_family(rng)                                       # weighted to long, regular answers
 
-Every family has a deterministic answer format (the question fixes the answer), varied phrasings, and a
-HELD-OUT region of its parameters (a range or a combination of things each seen in training, never unseen
-words): `make_item(..., held_out=False)` never produces it, `held_out=True` produces only it. So a held-out
-prompt tests generalisation (counting from 700, the 7 times table beyond 12, ...) rather than lookup.
-Block diffusion gains most on long, regular answers, so the mix is weighted to them.
+Seven families, each split in three parts so that the answer oracle (tools/demo_oracle.py) and the eval can use
+them apart:
+- `draw(rng)`: the parameters (numbers, letters, names, a phrase), from anywhere in the family's range;
+- `held(params)`: whether they fall in the family's HELD-OUT region (a range or a combination of things each seen
+  in training, never unseen words): `make_item(..., held_out=False)` never produces it, `held_out=True` only it,
+  so a held-out prompt tests generalisation (counting from 700, the 7 times table beyond 12, ...), not lookup;
+- `answer(params)`: the one right reply; `ask(rng, params)`: a question, in one of many phrasings.
+
+A presenter types their own words, so a question is composed from parts (an opening such as "Could you", a core
+phrasing, a closing such as " please."), in sentence case, lower case or capitals. The hand-written prompts of
+tools/demo_handwritten.json are kept out of training: `make_item` redraws any question that matches one of them
+(compared without case, spaces or punctuation).
+
+Small numbers are drawn more often than large ones: a presenter asks "Count from 3 to 7.", rarely from 614.
 """
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
 
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December"]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-        "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
-TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-# words for spelling, lists and phrases: common English words (all seen in training in every family)
-WORDS = ("apple bread candle dragon eagle forest garden harbor island jacket kettle lemon mountain needle orange "
-         "pepper queen river silver table umbrella valley window yellow zebra anchor butter castle dinner engine "
-         "feather guitar hammer insect jungle kitten ladder marble number ocean pencil rabbit saddle thunder "
-         "violin wagon basket cherry doctor finger honey letter mirror planet rocket sister tiger winter summer "
-         "autumn spring flower shadow bottle button carpet cotton desert garlic ginger meadow pillow puzzle").split()
 ADJECTIVES = "red blue green small big old happy quiet bright dark warm cold brave gentle".split()
 NOUNS = "cat dog bird fish horse moon star tree boat house king song rose wind".split()
+# single words a presenter might ask to repeat (all trained; only adjective-noun pairs are held out)
+WORDS = ("hello yes no thank you goodbye please sorry good morning night apple banana water coffee music "
+         "happy birthday ok again stop go bitnet").split()
+STEPS = (2, 3, 4, 5, 10, 20, 25, 50, 100)
+HELD_STEP_HUNDREDS = {(2, 4), (3, 6), (5, 2), (10, 8), (4, 1), (25, 5)}  # (step, hundreds digit of the start)
 
-# Public-domain passages recited verbatim: Shakespeare's Sonnet 18 and 116 (1609), and 19th-century nursery
-# rhymes ("Twinkle, Twinkle, Little Star", Jane Taylor 1806; "Mary Had a Little Lamb", Sarah Josepha Hale 1830;
-# "Humpty Dumpty" and "Hey Diddle Diddle", traditional, printed in the 1800s).
-PASSAGES = {
-    "Sonnet 18": ("Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n"
-                  "Rough winds do shake the darling buds of May,\nAnd summer's lease hath all too short a date:\n"
-                  "Sometime too hot the eye of heaven shines,\nAnd often is his gold complexion dimm'd;\n"
-                  "And every fair from fair sometime declines,\nBy chance, or nature's changing course, untrimm'd;\n"
-                  "But thy eternal summer shall not fade,\nNor lose possession of that fair thou ow'st;\n"
-                  "Nor shall Death brag thou wander'st in his shade,\nWhen in eternal lines to time thou grow'st:\n"
-                  "So long as men can breathe or eyes can see,\nSo long lives this, and this gives life to thee."),
-    "Sonnet 116": ("Let me not to the marriage of true minds\nAdmit impediments. Love is not love\n"
-                   "Which alters when it alteration finds,\nOr bends with the remover to remove:\n"
-                   "O no! it is an ever-fixed mark\nThat looks on tempests and is never shaken;\n"
-                   "It is the star to every wandering bark,\nWhose worth's unknown, although his height be taken.\n"
-                   "Love's not Time's fool, though rosy lips and cheeks\nWithin his bending sickle's compass come:\n"
-                   "Love alters not with his brief hours and weeks,\nBut bears it out even to the edge of doom.\n"
-                   "If this be error and upon me proved,\nI never writ, nor no man ever loved."),
-    "Twinkle, Twinkle, Little Star": ("Twinkle, twinkle, little star,\nHow I wonder what you are!\n"
-                                      "Up above the world so high,\nLike a diamond in the sky.\n"
-                                      "Twinkle, twinkle, little star,\nHow I wonder what you are!"),
-    "Mary Had a Little Lamb": ("Mary had a little lamb,\nIts fleece was white as snow;\n"
-                               "And everywhere that Mary went,\nThe lamb was sure to go.\n"
-                               "It followed her to school one day,\nWhich was against the rule;\n"
-                               "It made the children laugh and play\nTo see a lamb at school."),
-    "Humpty Dumpty": ("Humpty Dumpty sat on a wall,\nHumpty Dumpty had a great fall;\n"
-                      "All the king's horses and all the king's men\nCouldn't put Humpty together again."),
-    "Hey Diddle Diddle": ("Hey diddle diddle,\nThe cat and the fiddle,\nThe cow jumped over the moon;\n"
-                          "The little dog laughed\nTo see such sport,\nAnd the dish ran away with the spoon."),
-}
+OPENINGS = ["", "", "", "", "Please ", "Can you ", "Could you ", "Would you ", "Now ", "OK, ", "Hi! ", "Hey, ",
+            "I'd like you to ", "I want you to ", "Go ahead and ", "Quick: ", "Try to ", "Kindly "]
+CLOSINGS = ["", "", ".", ".", ".", "!", " please.", ", please.", " please", " for me.", ", thanks.", " now."]
 
 
-def number_words(n: int) -> str:
-    """0 <= n < 1,000,000 -> English words, e.g. 4382 -> 'four thousand three hundred eighty-two'."""
-    if n < 20:
-        return ONES[n]
-    if n < 100:
-        return TENS[n // 10] + ("" if n % 10 == 0 else "-" + ONES[n % 10])
-    if n < 1000:
-        return ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + number_words(n % 100))
-    return number_words(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + number_words(n % 1000))
-
-
-def _pick(rng: random.Random, held_out: bool, draw, is_held_out):
-    """Draw parameters until they fall on the asked side of the hold-out (draw: () -> params)."""
-    while True:
-        p = draw()
-        if is_held_out(*p) == held_out:
-            return p
+def _number(rng: random.Random, low: int, high: int) -> int:
+    """A number in [low, high]: small ones more often (a third below 30, a third below 100)."""
+    r = rng.random()
+    top = high if r > 0.66 else min(high, 99) if r > 0.33 else min(high, 29)
+    return rng.randint(low, max(low, top))
 
 
 def _join(xs) -> str:
     return ", ".join(str(x) for x in xs)
 
 
-# ---------------------------------------------------------------- families: rng, held_out -> (question, answer)
-def count_up(rng, held_out):
+def _phrase(rng: random.Random, cores: list[str], **values) -> str:
+    """An opening + a core phrasing + a closing, in sentence case (mostly), lower case or capitals. The case
+    changes only the words around the values: a letter, a phrase or a name keeps its case (it says what the
+    reply writes)."""
+    opening, core, closing = rng.choice(OPENINGS), rng.choice(cores), rng.choice(CLOSINGS)
+    text = opening + (core[0].lower() + core[1:] if opening and not core.startswith("{") else core) + closing
+    if opening in ("Can you ", "Could you ", "Would you ") and text[-1] in ".!":
+        text = text[:-1] + "?"
+    r = rng.random()
+    case = str.lower if r < 0.2 else str.upper if r < 0.23 else None
+    parts = re.split(r"(\{(?:a|b|p|x)\})", text)  # odd items: the values whose case the reply copies
+    parts = [x.format(**values) if k % 2 or case is None else case(x.format(**values)) for k, x in enumerate(parts)]
+    text = "".join(parts)
+    return text[0].upper() + text[1:] if case is None else text
+
+
+# ---------------------------------------------------------------- the families
+class Family:
+    """A skill: draw -> params, held(params), answer(params) -> reply, ask(rng, params) -> question."""
+    weight = 10
+
+    def draw(self, rng): raise NotImplementedError
+    def held(self, p) -> bool: raise NotImplementedError
+    def answer(self, p) -> str: raise NotImplementedError
+    def ask(self, rng, p) -> str: raise NotImplementedError
+
+
+class CountUp(Family):
     # held out: every count that STARTS in 700-799 (numbers there are seen inside other counts)
-    a, n = _pick(rng, held_out, lambda: (rng.randrange(0, 1000), rng.randint(6, 40)), lambda a, n: a // 100 == 7)
-    b = a + n - 1
-    q = rng.choice(["Count from {a} to {b}.", "Count from {a} to {b}", "Please count from {a} to {b}.",
-                    "List the numbers from {a} to {b}.", "Write the numbers {a} to {b}.",
-                    "Can you count from {a} up to {b}?", "count {a} to {b}"]).format(a=a, b=b)
-    return q, _join(range(a, b + 1))
+    weight = 14
+    CORES = ["Count from {a} to {b}", "Count {a} to {b}", "Count up from {a} to {b}", "Count from {a} up to {b}",
+             "Count from {a} through {b}", "Count from {a} until {b}", "Count upwards from {a} to {b}",
+             "List the numbers from {a} to {b}", "List the numbers {a} to {b}", "List all the numbers from {a} to {b}",
+             "Write the numbers from {a} to {b}", "Write out the numbers {a} through {b}",
+             "Give me the numbers from {a} to {b}", "Show the numbers from {a} to {b}",
+             "Show me the numbers {a} to {b}", "Print the numbers from {a} to {b}", "Numbers from {a} to {b}",
+             "Start at {a} and count to {b}", "Begin at {a} and count up to {b}", "Count up to {b} starting at {a}",
+             "Count to {b} from {a}", "Say the numbers from {a} to {b}", "Type the numbers {a} to {b}",
+             "Count {a}-{b}", "Write all numbers between {a} and {b}", "Count starting from {a} and stop at {b}"]
+
+    def draw(self, rng):
+        a = _number(rng, 0, 990)
+        return a, a + rng.randint(1, 29)
+
+    def held(self, p): return p[0] // 100 == 7
+    def answer(self, p): return _join(range(p[0], p[1] + 1))
+    def ask(self, rng, p): return _phrase(rng, self.CORES, a=p[0], b=p[1])
 
 
-def count_down(rng, held_out):
+class CountDown(Family):
     # held out: counts down that START in 300-399
-    b, n = _pick(rng, held_out, lambda: (rng.randrange(10, 1000), rng.randint(6, 40)),
-                 lambda b, n: b // 100 == 3)
-    a = max(0, b - n + 1)
-    q = rng.choice(["Count down from {b} to {a}.", "Count backwards from {b} to {a}.",
-                    "Please count down from {b} to {a}.", "List the numbers from {b} down to {a}.",
-                    "count down {b} to {a}"]).format(a=a, b=b)
-    return q, _join(range(b, a - 1, -1))
+    weight = 11
+    CORES = ["Count down from {b} to {a}", "Count backwards from {b} to {a}", "Count backward from {b} to {a}",
+             "Count down {b} to {a}", "Count from {b} down to {a}", "Count from {b} to {a}",
+             "List the numbers from {b} down to {a}", "Write the numbers from {b} down to {a}",
+             "Count down from {b}, stop at {a}", "Countdown from {b} to {a}", "Go down from {b} to {a}",
+             "Give me a countdown from {b} to {a}", "Start at {b} and count down to {a}",
+             "Count backwards from {b} until {a}", "Say the numbers from {b} down to {a}",
+             "Write the numbers {b} to {a} in reverse order", "Count down from {b} all the way to {a}"]
+
+    def draw(self, rng):
+        b = _number(rng, 1, 999)
+        return max(0, b - rng.randint(1, 29)), b
+
+    def held(self, p): return p[1] // 100 == 3
+    def answer(self, p): return _join(range(p[1], p[0] - 1, -1))
+    def ask(self, rng, p): return _phrase(rng, self.CORES, a=p[0], b=p[1])
 
 
-STEPS = (2, 3, 4, 5, 10, 25)
-HELD_STEP_HUNDREDS = {(2, 4), (3, 6), (5, 2), (10, 8), (4, 1), (25, 5)}  # (step, hundreds digit of the start)
-
-
-def count_by(rng, held_out):
+class CountBy(Family):
     # held out: combinations (step, hundreds of the start), e.g. counting by 3s from 600-699
-    s, a, n = _pick(rng, held_out, lambda: (rng.choice(STEPS), rng.randrange(0, 1000), rng.randint(6, 30)),
-                    lambda s, a, n: (s, a // 100) in HELD_STEP_HUNDREDS)
-    b = a + s * (n - 1)
-    q = rng.choice(["Count by {s}s from {a} to {b}.", "Count from {a} to {b} in steps of {s}.",
-                    "Count from {a} to {b} by {s}.", "List every {s}th number from {a} to {b}.",
-                    "Skip count by {s} from {a} to {b}."]).format(a=a, b=b, s=s)
-    if s == 2 and "th number" in q:
-        q = q.replace("every 2th number", "every second number")
-    elif s == 3 and "th number" in q:
-        q = q.replace("every 3th number", "every third number")
-    return q, _join(range(a, b + 1, s))
+    weight = 11
+    CORES = ["Count by {s}s from {a} to {b}", "Count from {a} to {b} in steps of {s}", "Count from {a} to {b} by {s}",
+             "Skip count by {s} from {a} to {b}", "Count from {a} to {b} by {s}s", "Count in {s}s from {a} to {b}",
+             "Count up by {s} from {a} to {b}", "List the numbers from {a} to {b} going up by {s}",
+             "Start at {a} and add {s} each time until {b}", "Count from {a} to {b}, adding {s} each time",
+             "Skip-count by {s}s from {a} to {b}", "Write every {nth} number from {a} to {b}"]
+
+    def draw(self, rng):
+        s = rng.choice(STEPS)
+        a = rng.choice([0, s, _number(rng, 0, 990)])
+        return s, a, a + s * rng.randint(2, 20)
+
+    def held(self, p): return (p[0], p[1] // 100) in HELD_STEP_HUNDREDS
+
+    def answer(self, p):
+        s, a, b = p
+        return _join(range(a, b + 1, s))
+
+    def ask(self, rng, p):
+        s, a, b = p
+        nth = f"{s}nd" if s == 2 else f"{s}rd" if s == 3 else f"{s}th"
+        return _phrase(rng, self.CORES, s=s, a=a, b=b, nth=nth)
 
 
-def times_table(rng, held_out):
-    # held out: the tables of 6, 7, 8 and 9 beyond 12 (those tables up to 10 or 12 are trained, and the other
-    # tables up to 15 or 20 are trained)
-    n, m = _pick(rng, held_out, lambda: (rng.randint(2, 20), rng.choice([10, 10, 12, 12, 15, 20])),
-                 lambda n, m: n in (6, 7, 8, 9) and m > 12)
-    q = rng.choice(["Write the {n} times table up to {m}.", "Multiplication table of {n}, up to {n} x {m}.",
-                    "Show the {n} times table from 1 to {m}.", "What is the {n} times table up to {m}?",
-                    "Recite the {n} times table to {m}."]).format(n=n, m=m)
-    return q, "\n".join(f"{n} x {k} = {n * k}" for k in range(1, m + 1))
+class TimesTable(Family):
+    # held out: the tables of 6, 7, 8 and 9 beyond 12 (those tables up to 12 are trained, and the others to 20)
+    weight = 12
+    CORES = ["Write the {n} times table up to {m}", "Show the {n} times table from 1 to {m}",
+             "What is the {n} times table up to {m}", "Recite the {n} times table to {m}",
+             "Multiplication table of {n} up to {m}", "Give me the {n} times table up to {n} x {m}",
+             "The {n} times table, 1 to {m}", "List the multiples of {n} from {n} x 1 to {n} x {m}",
+             "Write out the {n} times table to {m}", "Times table for {n} up to {m}",
+             "Show me {n} x 1 to {n} x {m}", "Multiply {n} by 1 to {m}", "Do the {n} times table up to {m}"]
+
+    def draw(self, rng):
+        return rng.randint(1, 20), rng.choice([5, 10, 10, 12, 12, rng.randint(2, 20)])
+
+    def held(self, p): return p[0] in (6, 7, 8, 9) and p[1] > 12
+    def answer(self, p): return "\n".join(f"{p[0]} x {k} = {p[0] * k}" for k in range(1, p[1] + 1))
+    def ask(self, rng, p): return _phrase(rng, self.CORES, n=p[0], m=p[1])
 
 
-def alphabet(rng, held_out):
+class Alphabet(Family):
     # held out: ranges that START at K or T, in either case (K and T are seen inside other ranges)
-    i, n, lower = _pick(rng, held_out, lambda: (rng.randrange(0, 24), rng.randint(3, 26), rng.random() < 0.3),
-                        lambda i, n, lower: LETTERS[i] in "KT")
-    j = min(25, i + n - 1)
-    letters = LETTERS[i:j + 1].lower() if lower else LETTERS[i:j + 1]
-    a, b = letters[0], letters[-1]
-    if i == 0 and j == 25:
-        q = rng.choice(["Write the alphabet.", "Say the alphabet.", "List all the letters of the alphabet."])
-        q = q[:-1] + " in lower case." if lower else q
-    else:
-        q = rng.choice(["Write the letters from {a} to {b}.", "List the alphabet from {a} to {b}.",
-                        "Say the letters {a} to {b}.", "Letters from {a} to {b}, please."]).format(a=a, b=b)
-    return q, _join(letters)
+    weight = 8
+    CORES = ["Write the letters from {a} to {b}", "List the alphabet from {a} to {b}", "Say the letters {a} to {b}",
+             "Letters from {a} to {b}", "Give me the letters {a} through {b}", "Write the alphabet from {a} to {b}",
+             "List the letters between {a} and {b}", "Go through the alphabet from {a} to {b}",
+             "Recite the alphabet from {a} to {b}", "Show the letters {a} to {b}"]
+    WHOLE = ["Write the alphabet", "Say the alphabet", "List all the letters of the alphabet", "Recite the alphabet",
+             "Give me the whole alphabet", "What are the letters of the alphabet"]
+
+    def draw(self, rng):
+        i = rng.randrange(0, 25)
+        return i, min(25, i + rng.randint(1, 25)), rng.random() < 0.3
+
+    def held(self, p): return LETTERS[p[0]] in "KT"
+
+    def answer(self, p):
+        i, j, lower = p
+        letters = LETTERS[i:j + 1]
+        return _join(letters.lower() if lower else letters)
+
+    def ask(self, rng, p):
+        i, j, lower = p
+        if i == 0 and j == 25:  # the whole alphabet: capitals unless asked for lower case
+            return _phrase(rng, [c + ("{lc}" if lower else "") for c in self.WHOLE], lc=" in lower case")
+        a, b = LETTERS[i], LETTERS[j]
+        return _phrase(rng, self.CORES, a=a.lower() if lower else a, b=b.lower() if lower else b)
 
 
-def days_months(rng, held_out):
+class DaysMonths(Family):
     # held out: days starting on Wednesday for more than a week; months starting in September for more than a year
-    kind, i, n = _pick(rng, held_out, lambda: (rng.choice(["days", "months"]), rng.randrange(12), rng.randint(3, 20)),
-                       lambda kind, i, n: (kind == "days" and i % 7 == 2 and n > 7)
-                       or (kind == "months" and i == 8 and n > 12))
-    names = DAYS if kind == "days" else MONTHS
-    i %= len(names)
-    q = rng.choice(["List {n} {kind} starting from {x}.", "Name the next {n} {kind} starting with {x}.",
-                    "Write {n} {kind} in order, beginning with {x}.",
-                    "Starting from {x}, list {n} {kind}."]).format(n=n, kind=kind, x=names[i])
-    return q, _join(names[(i + k) % len(names)] for k in range(n))
+    weight = 9
+    CORES = ["List {n} {kind} starting from {x}", "Name the next {n} {kind} starting with {x}",
+             "Write {n} {kind} in order, beginning with {x}", "Starting from {x}, list {n} {kind}",
+             "Give me {n} {kind} starting on {x}", "Say {n} {kind} in a row, from {x}",
+             "Name {n} {kind} in order from {x}", "List {n} {kind} beginning at {x}"]
+    WHOLE = {"days": ["List the days of the week", "Name the days of the week", "What are the days of the week",
+                      "Say the days of the week in order"],
+             "months": ["List the months of the year", "Name the months of the year",
+                        "What are the months of the year", "Say the months in order"]}
+
+    def draw(self, rng):
+        kind = rng.choice(["days", "months"])
+        names = DAYS if kind == "days" else MONTHS
+        if rng.random() < 0.1:
+            return kind, 0, len(names), True
+        return kind, rng.randrange(len(names)), rng.randint(2, 20), False
+
+    def held(self, p):
+        kind, i, n, _whole = p
+        return (kind == "days" and i == 2 and n > 7) or (kind == "months" and i == 8 and n > 12)
+
+    def answer(self, p):
+        kind, i, n, _whole = p
+        names = DAYS if kind == "days" else MONTHS
+        return _join(names[(i + k) % len(names)] for k in range(n))
+
+    def ask(self, rng, p):
+        kind, i, n, whole = p
+        if whole:
+            return _phrase(rng, self.WHOLE[kind])
+        names = DAYS if kind == "days" else MONTHS
+        return _phrase(rng, self.CORES, n=n, kind=kind, x=names[i])
 
 
-def repeat_phrase(rng, held_out):
+class Repeat(Family):
     # held out: adjective-noun combinations with (adjective index + noun index) % 7 == 0 (each word is trained)
-    ai, ni, n = _pick(rng, held_out, lambda: (rng.randrange(len(ADJECTIVES)), rng.randrange(len(NOUNS)),
-                                              rng.randint(3, 12)),
-                      lambda ai, ni, n: (ai + ni) % 7 == 0)
-    phrase = f"the {ADJECTIVES[ai]} {NOUNS[ni]}"
-    q = rng.choice(["Repeat \"{p}\" {n} times.", "Say \"{p}\" {n} times.", "Write \"{p}\" {n} times.",
-                    "Please repeat the phrase \"{p}\" {n} times."]).format(p=phrase, n=n)
-    return q, _join([phrase] * n)
+    weight = 10
+    CORES = ["Repeat \"{p}\" {n} times", "Say \"{p}\" {n} times", "Write \"{p}\" {n} times",
+             "Repeat the phrase \"{p}\" {n} times", "Type \"{p}\" {n} times", "Say {p} {n} times",
+             "Repeat {p} {n} times", "Write the words \"{p}\" {n} times", "Print \"{p}\" {n} times",
+             "{n} times, say \"{p}\"", "Echo \"{p}\" {n} times"]
+
+    def draw(self, rng):
+        n = rng.randint(2, 12)
+        if rng.random() < 0.35:
+            return rng.choice(WORDS), n
+        return f"the {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}", n
+
+    def held(self, p):
+        words = p[0].split()
+        if len(words) != 3:
+            return False
+        return (ADJECTIVES.index(words[1]) + NOUNS.index(words[2])) % 7 == 0
+
+    def answer(self, p): return _join([p[0]] * p[1])
+
+    def ask(self, rng, p): return _phrase(rng, self.CORES, p=p[0], n=p[1])
 
 
-SPELL_FORMATS = [("with dashes", "-"), ("letter by letter, separated by spaces", " "),
-                 ("with commas between the letters", ", ")]
-
-
-def spell(rng, held_out):
-    # held out: (word, format) combinations with (word index + format index) % 3 == 0: every word is spelled
-    # in training, just not in that format
-    wi, fi, upper = _pick(rng, held_out, lambda: (rng.randrange(len(WORDS)), rng.randrange(3), rng.random() < 0.3),
-                          lambda wi, fi, upper: (wi + fi) % 3 == 0)
-    word = WORDS[wi]
-    how, sep = SPELL_FORMATS[fi]
-    letters = word.upper() if upper else word
-    q = rng.choice(["Spell \"{w}\" {how}.", "Spell the word {w} {how}.", "How do you spell {w}? Write it {how}."])
-    q = q.format(w=word, how=how + (", in capitals" if upper else ""))
-    return q, sep.join(letters)
-
-
-def reverse_list(rng, held_out):
-    # held out: lists whose first and last words are a combination with (index sum) % 5 == 0
-    def draw():
-        return (tuple(rng.sample(range(len(WORDS)), rng.randint(3, 8))),)
-    (idx,) = _pick(rng, held_out, draw, lambda idx: (idx[0] + idx[-1]) % 5 == 0)
-    words = [WORDS[i] for i in idx]
-    q = rng.choice(["Reverse this list: {l}.", "Reverse the order: {l}", "Write this list backwards: {l}.",
-                    "Put these in reverse order: {l}."]).format(l=_join(words))
-    return q, _join(reversed(words))
-
-
-def to_words(rng, held_out):
-    # held out: four-digit numbers whose hundreds digit is 5 ("five hundred" and the thousands are trained)
-    (n,) = _pick(rng, held_out, lambda: (rng.choice([rng.randrange(0, 1000), rng.randrange(1000, 10000)]),),
-                 lambda n: n >= 1000 and n // 100 % 10 == 5)
-    shown = f"{n:,}" if n >= 1000 and rng.random() < 0.5 else str(n)
-    q = rng.choice(["Write {x} in words.", "How do you say {x} in words?", "Spell out the number {x}.",
-                    "{x} in words, please."]).format(x=shown)
-    return q, number_words(n)
-
-
-def recite(rng, held_out):
-    # held out: (passage, number of lines) combinations with (passage index + lines) % 4 == 0 for a partial
-    # recitation; the whole passage is always trained
-    names = sorted(PASSAGES)
-
-    def draw():
-        pi = rng.randrange(len(names))
-        total = PASSAGES[names[pi]].count("\n") + 1
-        return pi, rng.choice([total, total, rng.randint(2, total)])
-    pi, k = _pick(rng, held_out, draw,
-                  lambda pi, k: k < PASSAGES[names[pi]].count("\n") + 1 and (pi + k) % 4 == 0)
-    name = names[pi]
-    lines = PASSAGES[name].split("\n")
-    if k == len(lines):
-        q = rng.choice(["Recite {x}.", "Please recite {x}.", "Say {x} for me.", "What are the words of {x}?"])
-    else:
-        q = rng.choice(["Recite the first {k} lines of {x}.", "Give me the first {k} lines of {x}.",
-                        "Say the first {k} lines of {x}."])
-    return q.format(x=name, k=k), "\n".join(lines[:k])
-
-
-FAMILIES = {  # name -> (generator, weight): long, regular answers weigh more
-    "count_up": (count_up, 14), "count_down": (count_down, 10), "count_by": (count_by, 11),
-    "times_table": (times_table, 12), "alphabet": (alphabet, 8), "days_months": (days_months, 8),
-    "repeat": (repeat_phrase, 10), "spell": (spell, 7), "reverse": (reverse_list, 6), "to_words": (to_words, 6),
-    "recite": (recite, 8),
-}
+FAMILIES: dict[str, Family] = {"count_up": CountUp(), "count_down": CountDown(), "count_by": CountBy(),
+                               "times_table": TimesTable(), "alphabet": Alphabet(), "days_months": DaysMonths(),
+                               "repeat": Repeat()}
 
 SYSTEM_PROMPTS = ["You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "You are a tiny demo model.", "Answer the user's request.", "You are a friendly assistant.",
                   "You are BitNet, a small language model running on a CPU.", "Be concise."]
 
+HANDWRITTEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_handwritten.json")
+
+
+def normalise(question: str) -> str:
+    """Lower case, letters and digits only: two questions that differ only in case, spaces or punctuation match."""
+    return re.sub(r"[^a-z0-9]", "", question.lower())
+
+
+def _handwritten_keys() -> frozenset:
+    if not os.path.exists(HANDWRITTEN):
+        return frozenset()
+    with open(HANDWRITTEN, encoding="utf-8") as f:
+        return frozenset(normalise(item["prompt"]) for item in json.load(f))
+
+
+KEPT_OUT = _handwritten_keys()
+
 
 def pick_family(rng: random.Random) -> str:
     names = list(FAMILIES)
-    return rng.choices(names, weights=[FAMILIES[n][1] for n in names])[0]
+    return rng.choices(names, weights=[FAMILIES[n].weight for n in names])[0]
+
+
+def draw_params(rng: random.Random, family: str, held_out: bool = False):
+    """Parameters of `family` on the asked side of its hold-out."""
+    fam = FAMILIES[family]
+    while True:
+        p = fam.draw(rng)
+        if fam.held(p) == held_out:
+            return p
 
 
 def make_item(rng: random.Random, family: str, held_out: bool = False) -> tuple[str, str]:
-    return FAMILIES[family][0](rng, held_out)
+    """(question, answer) of `family`, never a hand-written eval prompt."""
+    fam = FAMILIES[family]
+    while True:
+        p = draw_params(rng, family, held_out)
+        q = fam.ask(rng, p)
+        if normalise(q) not in KEPT_OUT:
+            return q, fam.answer(p)
 
 
-def held_out_prompts(seed: int, per_family: int) -> list[dict]:
-    """[{family, prompt, answer}]: distinct held-out questions, `per_family` of each family."""
+def held_out_prompts(seed: int, per_family: int, held_out: bool = True) -> list[dict]:
+    """[{family, prompt, answer}]: distinct questions, `per_family` of each family, from the held-out regions
+    (or, with held_out=False, from the trained ones: fresh seeds give prompts the training may not have drawn)."""
     rng, out = random.Random(seed), []
     for fam in FAMILIES:
         seen = set()
         while len(seen) < per_family:
-            q, a = make_item(rng, fam, held_out=True)
+            q, a = make_item(rng, fam, held_out=held_out)
             if q not in seen:
                 seen.add(q)
                 out.append({"family": fam, "prompt": q, "answer": a})

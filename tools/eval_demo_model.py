@@ -3,12 +3,14 @@
     python -m tools.eval_demo_model --model assets/demo-model --baseline /tmp/old-demo-model --out /tmp/eval.json
     python -m tools.eval_demo_model --write-prompts assets/demo-prompts.json     # (re)write the held-out prompt file
 
-1. Skills: the held-out skill prompts of assets/demo-prompts.json (tools/demo_skills.py's held-out parameter
-   regions; the expected answers are regenerated from the same seed), each as ONE user message rendered by the
-   model's chat template. Greedy AR and greedy block diffusion (block 32, sub-block 8, threshold 0.9, the
-   checkpoint's block attention): tokens per forward and per denoising step (from the decoder's own stats),
-   whether the whole diffusion reply equals the AR reply, and whether the AR reply is the right answer,
-   per family.
+1. Skills, three sets, each prompt ONE user message rendered by the model's chat template, "right" meaning the
+   whole reply equals the answer oracle's (tools/demo_oracle.py, which reads the prompt):
+   - trained: fresh prompts (a seed the training never used) of the trained parameter regions, --trained per family;
+   - held-out: the skill prompts of assets/demo-prompts.json (tools/demo_skills.py's held-out regions);
+   - hand-written: tools/demo_handwritten.json, phrasings the generator never uses, kept out of training.
+   Greedy AR and greedy block diffusion (block 32, sub-block 8, threshold 0.9, the checkpoint's attention and
+   its default rule): tokens per forward and per denoising step (from the decoder's own stats), whether the
+   whole diffusion reply equals the AR reply, and whether each is exactly right, per family.
 2. Shakespeare, held-out plays: AR loss PER CHARACTER of a passage given its opening, in the chat form the
    model was trained on ("Continue this scene:\\n<opening>" -> passage), against --baseline (the previous,
    completion-style demo model: BOS + opening + blank line + passage), same passages, loss over the passage's
@@ -34,8 +36,10 @@ import numpy as np
 from tools import demo_chat as C
 from tools import demo_data as D
 from tools import demo_skills as S
+from tools.demo_oracle import expected
 
-PROMPTS_SEED, PER_FAMILY = 20261123, 4
+PROMPTS_SEED, PER_FAMILY = 20261123, 6
+TRAINED_SEED = 20261127  # fresh prompts of the trained regions (training draws from --seed 1234's stream)
 DIFFUSION = dict(mode="diffusion", block_size=32, sub_block_size=8, threshold=0.9)
 OPEN_ASK = "Continue this scene:\n{x}"
 
@@ -70,6 +74,44 @@ def write_prompts(path: str, val_works) -> None:
         f.write("\n")
 
 
+# ---------------------------------------------------------------- the page's suggestions
+# Prompts a presenter might start with, in the trained regions and everyday words. The suggestion file keeps those
+# the model answers exactly right (the oracle's answer) in both modes, greedy, with the checkpoint's own settings.
+SUGGESTION_CANDIDATES = [
+    "Count from 1 to 20.", "Count from 3 to 7.", "Count from 12 to 30.", "Count from 95 to 105.",
+    "Count down from 10 to 1.", "Count down from 25 to 14.", "Count down from 20 to 0.",
+    "Count by 5s from 0 to 50.", "Count by 10s from 0 to 100.", "Count by 2s from 2 to 20.",
+    "Show the 8 times table from 1 to 12.", "Write the 3 times table up to 10.", "Write the 5 times table up to 10.",
+    "Show the 12 times table from 1 to 12.", "Write the letters from A to J.", "Write the letters from C to H.",
+    "Write the alphabet.", "List the days of the week.", "List the months of the year.",
+    "List 5 days starting from Monday.", "Name the next 6 months starting with March.",
+    "Repeat \"the happy cat\" 5 times.", "Say \"the blue boat\" 4 times.", "Say hello 3 times.",
+]
+SUGGESTIONS_SHOWN = 6
+
+
+def write_suggestions(model, path: str, open_prompts: list[str], max_new: int) -> list[dict]:
+    """The candidates the model answers exactly right in AR and in block diffusion -> `path` (the first
+    SUGGESTIONS_SHOWN of them, with one open prompt); returns every candidate's result."""
+    results = []
+    for q in SUGGESTION_CANDIDATES:
+        answer = expected(q)[1]
+        ids = model.chat_ids([{"role": "user", "content": q}])
+        got = {mode: model.decode(model.complete(ids, mode=mode, max_new_tokens=max_new)).strip()
+               for mode in ("ar", "diffusion")}
+        results.append({"prompt": q, "answer": answer, "right": all(g == answer for g in got.values()), **got})
+    right = [r for r in results if r["right"]]
+    firsts = {}  # one prompt of each family first (the page shows a spread), then the rest in order
+    for r in right:
+        firsts.setdefault(expected(r["prompt"])[0], r)
+    ordered = list(firsts.values()) + [r for r in right if r not in firsts.values()]
+    chosen = [{"prompt": r["prompt"], "answer": r["answer"]} for r in ordered[:SUGGESTIONS_SHOWN]]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"skills": chosen, "open": open_prompts[:1]}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    return results
+
+
 # ---------------------------------------------------------------- decoding
 def reply(model, ids, **params):
     done = None
@@ -78,20 +120,37 @@ def reply(model, ids, **params):
     return done  # bitnet_app.decode Done: ids, text, stats
 
 
-def eval_skills(model, prompts: list[str], max_new: int) -> dict:
-    answers = {p["prompt"]: p for p in skill_prompts()}
-    rows = []
+def skill_items(prompts: list[str]) -> list[dict]:
+    """[{family, prompt, answer}] for prompt texts, the answers from the oracle (None where it has none)."""
+    out = []
     for q in prompts:
-        ids = model.chat_ids([{"role": "user", "content": q}])
+        got = expected(q)
+        out.append({"prompt": q, "family": got[0] if got else "?", "answer": got[1] if got else None})
+    return out
+
+
+def prompt_sets(prompt_file: str, trained_per_family: int) -> dict[str, list[dict]]:
+    """The three skill sets: trained (fresh seed), held-out (the prompt file), hand-written."""
+    with open(prompt_file, encoding="utf-8") as f:
+        held = json.load(f)["skills"]
+    with open(S.HANDWRITTEN, encoding="utf-8") as f:
+        hand = json.load(f)
+    return {"trained": S.held_out_prompts(TRAINED_SEED, trained_per_family, held_out=False),
+            "held_out": skill_items(held), "handwritten": hand}
+
+
+def eval_skills(model, items: list[dict], max_new: int) -> dict:
+    rows = []
+    for it in items:
+        ids = model.chat_ids([{"role": "user", "content": it["prompt"]}])
         ar = reply(model, ids, mode="ar", max_new_tokens=max_new)
         df = reply(model, ids, max_new_tokens=max_new, **DIFFUSION)
-        ref = answers.get(q)
-        rows.append({"prompt": q, "family": ref["family"] if ref else "?", "ar": model.decode(ar.ids),
-                     "diffusion": model.decode(df.ids), "tokens": df.stats["tokens"],
-                     "forwards": df.stats["forwards"], "steps": df.stats["steps"],
+        ar_text, df_text = model.decode(ar.ids), model.decode(df.ids)
+        rows.append({"prompt": it["prompt"], "family": it["family"], "ar": ar_text, "diffusion": df_text,
+                     "tokens": df.stats["tokens"], "forwards": df.stats["forwards"], "steps": df.stats["steps"],
                      "same": ar.ids == df.ids,
-                     "ar_right": ref is not None and model.decode(ar.ids).strip() == ref["answer"],
-                     "diffusion_right": ref is not None and model.decode(df.ids).strip() == ref["answer"]})
+                     "ar_right": it["answer"] is not None and ar_text.strip() == it["answer"],
+                     "diffusion_right": it["answer"] is not None and df_text.strip() == it["answer"]})
     return summarise(rows)
 
 
@@ -119,13 +178,12 @@ def eval_second_turn(model, max_new: int) -> dict:
 def eval_stop(model, prompts: list[str]) -> dict:
     """Teacher-forced at the right answer: P(<|eot_id|>) after its last token, whether that is the argmax, and
     the mean probability of the answer's tokens; per family and over all."""
-    answers = {p["prompt"]: p for p in skill_prompts()}
     stop = model.stop_ids[0]
     rows = []
-    for q in prompts:
-        ref = answers.get(q)
-        if ref is None:
+    for ref in skill_items(prompts):
+        if ref["answer"] is None:
             continue
+        q = ref["prompt"]
         head = model.chat_ids([{"role": "user", "content": q}])
         body = model.encode(ref["answer"], add_special_tokens=False)
         ids = head + body + [stop]
@@ -221,9 +279,13 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-new", type=int, default=256)
     p.add_argument("--passages", type=int, default=40)
-    p.add_argument("--limit", type=int, default=0, help="evaluate only the first N skill prompts (quick look)")
+    p.add_argument("--limit", type=int, default=0, help="evaluate only the first N prompts of each set (quick look)")
+    p.add_argument("--trained", type=int, default=30, help="fresh prompts of the trained regions per family")
+    p.add_argument("--skills-only", action="store_true", help="only the three skill sets (a quick look mid-training)")
     p.add_argument("--out", help="write every figure and reply as JSON here")
     p.add_argument("--write-prompts", help="write the held-out prompt file here and stop")
+    p.add_argument("--write-suggestions", help="write the page's suggestion file (assets/demo-suggestions.json) "
+                                               "from the prompts the model answers right, and stop")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     _, val_works = D.load_works(D.fetch_sdist(a.work))
@@ -231,17 +293,30 @@ def main():
         write_prompts(a.write_prompts, val_works)
         return
     prompts = json.load(open(a.prompts, encoding="utf-8"))
+    if a.write_suggestions:
+        found = write_suggestions(bitnet_app.load_model(a.model, threads=a.threads), a.write_suggestions,
+                                  prompts["open"], a.max_new)
+        for r in found:
+            print(f"{'right' if r['right'] else 'wrong'}  {r['prompt']}  AR {r['ar'][:60]!r}", flush=True)
+        return
+    sets = prompt_sets(a.prompts, a.trained)
     skills = prompts["skills"][:a.limit] if a.limit else prompts["skills"]
     t0 = time.time()
     model = bitnet_app.load_model(a.model, threads=a.threads)
-    res = {"skills": eval_skills(model, skills, a.max_new)}
-    s = res["skills"]["all"]
-    print(f"skills ({s['prompts']} held-out prompts): {s['tokens_per_forward']:.2f} tokens/forward "
-          f"({s['tokens_per_step']:.2f}/denoising step), diffusion = AR on {s['same_as_ar']:.0%}, "
-          f"AR right {s['ar_right']:.0%}, diffusion right {s['diffusion_right']:.0%}", flush=True)
-    for f, r in res["skills"]["families"].items():
-        print(f"  {f:12s} {r['tokens_per_forward']:.2f} tok/fwd  same {r['same_as_ar']:.0%}  AR right "
-              f"{r['ar_right']:.0%}", flush=True)
+    res = {}
+    for name, items in sets.items():
+        res[f"skills_{name}"] = eval_skills(model, items[:a.limit] if a.limit else items, a.max_new)
+        s = res[f"skills_{name}"]["all"]
+        print(f"skills, {name} ({s['prompts']} prompts): {s['tokens_per_forward']:.2f} tokens/forward "
+              f"({s['tokens_per_step']:.2f}/denoising step), diffusion = AR on {s['same_as_ar']:.0%}, "
+              f"AR right {s['ar_right']:.1%}, diffusion right {s['diffusion_right']:.1%}", flush=True)
+        for f, r in res[f"skills_{name}"]["families"].items():
+            print(f"  {f:12s} {r['prompts']:3d} prompts {r['tokens_per_step']:.2f} tok/step  same "
+                  f"{r['same_as_ar']:.0%}  AR right {r['ar_right']:.0%}  diffusion right {r['diffusion_right']:.0%}",
+                  flush=True)
+    if a.skills_only:
+        _write(a.out, res)
+        return
     exact = bitnet_app.load_model(a.model, threads=a.threads, lm_head="exact")
     res["stop"] = eval_stop(exact, skills)
     st = res["stop"]["all"]
@@ -268,8 +343,12 @@ def main():
         line += f"; baseline {res['baseline_loss_per_char']:.4f} (ratio {res['loss_ratio']:.3f})"
     print(line, flush=True)
     res["seconds"] = round(time.time() - t0)
-    if a.out:
-        with open(a.out, "w", encoding="utf-8") as f:
+    _write(a.out, res)
+
+
+def _write(path: str | None, res: dict) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1, ensure_ascii=False)
 
 

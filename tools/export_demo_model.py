@@ -129,7 +129,8 @@ def write_model(model, tok, cfg, out: str, attention: str = "block") -> None:
     write_json(os.path.join(out, "config.json"), hf_config(cfg))
     write_json(os.path.join(out, "generation_config.json"), {
         "bos_token_id": D.BOS, "eos_token_id": [D.EOT_ID, D.EOT_TEXT], "pad_token_id": D.EOT_TEXT,
-        "do_sample": True, "temperature": 0.7, "top_p": 0.9, "max_length": cfg.max_position_embeddings})
+        # greedy: the demo's skills have one right answer, and the page and the CLI both start from this
+        "do_sample": False, "max_length": cfg.max_position_embeddings})
     write_json(os.path.join(out, "dlm_config.json"), dlm_config(cfg, attention))
     tok.save(os.path.join(out, "tokenizer.json"))
     write_json(os.path.join(out, "tokenizer_config.json"), C.tokenizer_config(cfg.max_position_embeddings))

@@ -1,5 +1,5 @@
 """Hugging Face 1.58-bit checkpoint folder (BitNetForCausalLM, a Llama with BitNet quantization, or 1bitLLM's
-BitnetForCausalLM; see checkpoint/config.py) -> one packed engine file (engine/file.py).
+BitnetForCausalLM; see checkpoint/families.py) -> one packed engine file (engine/file.py).
 
     convert_checkpoint(src_dir, out_path, *, progress=None, packing=None) -> out_path
 
@@ -8,14 +8,16 @@ Two source layouts:
            (packing.unpack_hf_u8) + a one-element `<proj>.weight_scale`.
            linear_class "autobitlinear": W_eff = T * weight_scale  (scale_mode "multiply")
            linear_class "bitlinear":     W_eff = T / weight_scale  (scale_mode "divide")
-           linear_class absent: a Llama (transformers' BitLinear, the default class) divides; a BitNet
-           model's rule is inferred from the scales (see _infer_scale_mode), recorded in meta.
+           linear_class absent: the family's packed_scale (families.py): a Llama (transformers' BitLinear, the
+           default class) divides; a BitNet model's rule is inferred from the scales (see _infer_scale_mode),
+           recorded in meta.
   online   the -bf16 sibling, 1bitLLM's checkpoints, Falcon-E's latent revisions: `<proj>.weight`
            BF16/F16/F32 (N, K) latent weights, ternarized exactly as transformers WeightQuant (and 1bitLLM's
            weight_quant) does in fp32: s = 1/max(mean|w|, 1e-5), T = clamp(rint(w*s), -1, 1), W_eff = T * float32(1/s).
 The scale rule is folded here into the per-row multiplier, so the engine only ever multiplies.
-Sub-norms: BitNet's self_attn.attn_sub_norm / mlp.ffn_sub_norm, or 1bitLLM's self_attn.inner_attn_ln /
-mlp.ffn_layernorm, or none (the Llama family): whichever layer 0 has, every layer must have.
+Sub-norms: under one of the namings of families.py (BitNet's self_attn.attn_sub_norm / mlp.ffn_sub_norm, 1bitLLM's
+self_attn.inner_attn_ln / mlp.ffn_layernorm), or none (the Llama family): whichever layer 0 has, every layer must
+have, and a family that requires them must have them.
 Output tensors (names and layouts in engine/file.py): per layer, q|k|v and gate|up fused row-wise into
 one tile-packed ternary matrix each (1.6-bit tiles by default, or 2-bit: packing.packing_for) with a float32
 per-row multiplier (Np,), padding rows 0.
@@ -31,8 +33,10 @@ import numpy as np
 from ..engine import packing
 from ..engine.file import write_engine_file
 from ..engine.packing import packing_for
-from .config import (ConvertError, family, projection_shapes, read_model_config, read_quant_config, read_text_meta,
+from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
+from .families import SUB_NORM_NAMINGS, family_of
+from .weight_range import check_weights
 from .safetensors_reader import Checkpoint, SafetensorsError
 
 FLOAT_TAGS = ("BF16", "F16", "F32")
@@ -42,19 +46,10 @@ CONVERTER_VERSION = 1
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 
-# the two namings of the sub-norms: (before o_proj, before down_proj)
-SUB_NORM_NAMES = {"bitnet": ("self_attn.attn_sub_norm", "mlp.ffn_sub_norm"),
-                  "1bitllm": ("self_attn.inner_attn_ln", "mlp.ffn_layernorm")}
-
-
-# Families whose modeling code always has sub-norms (their absence means a damaged checkpoint, not a model
-# without them): the namings each accepts. A Llama has whatever its tensors hold.
-SUB_NORMS_REQUIRED = {"bitnet": ("bitnet",), "1bitllm": ("1bitllm", "bitnet")}
-
 
 def _sub_norm_naming(ck: Checkpoint) -> str | None:
     """Which sub-norm naming layer 0 uses ("bitnet", "1bitllm"), or None when it has no sub-norms."""
-    found = [k for k, names in SUB_NORM_NAMES.items() if any(f"model.layers.0.{n}.weight" in ck for n in names)]
+    found = [k for k, names in SUB_NORM_NAMINGS.items() if any(f"model.layers.0.{n}.weight" in ck for n in names)]
     if len(found) > 1:
         raise ConvertError(f"layer 0 of {ck.folder} holds sub-norms under both namings ({', '.join(found)}). The "
                            "checkpoint is not one this app knows: use an unmodified checkpoint.")
@@ -66,7 +61,7 @@ def _norm_shapes(cfg: dict, naming: str | None) -> dict:
     D, I = cfg["hidden_size"], cfg["intermediate_size"]
     out = {"input_layernorm": ("attn_norm", D), "post_attention_layernorm": ("ffn_norm", D)}
     if naming is not None:
-        attn, ffn = SUB_NORM_NAMES[naming]
+        attn, ffn = SUB_NORM_NAMINGS[naming]
         out.update({attn: ("attn_sub_norm", D), ffn: ("ffn_sub_norm", I)})
     return out
 
@@ -92,7 +87,7 @@ def _check_tensors(ck: Checkpoint, cfg: dict, layout: str, naming: str | None) -
     if not cfg["tie_word_embeddings"]:
         _expect(ck, "lm_head.weight", (V, D), FLOAT_TAGS)
     _expect(ck, "model.norm.weight", (D,), FLOAT_TAGS)
-    others = [n for k, names in SUB_NORM_NAMES.items() if k != naming for n in names]
+    others = [n for k, names in SUB_NORM_NAMINGS.items() if k != naming for n in names]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         for hf, (_, n) in _norm_shapes(cfg, naming).items():
@@ -179,6 +174,7 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
                                f"checkpoint again.")
         return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
+    check_weights(name, w, ck.folder)
     if folded:
         nz = np.abs(w[w != 0])
         if nz.size and nz.min() == nz.max():
@@ -188,6 +184,13 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
     s = np.float32(1.0) / max(mean, np.float32(1e-5))
     t = np.clip(np.rint(w * s), -1, 1).astype(np.int8)
     return t, np.float32(1.0) / s
+
+
+def _finite_f32(ck: Checkpoint, name: str) -> np.ndarray:
+    """A (small) float tensor as float32, once every value is seen to be finite."""
+    arr = ck.get_f32(name)
+    check_weights(name, arr, ck.folder)
+    return arr
 
 
 def _fuse(parts: list[tuple[np.ndarray, np.float32]], layout: str) -> tuple[np.ndarray, np.ndarray]:
@@ -228,6 +231,8 @@ def _read_embed(ck: Checkpoint, V: int, D: int, name: str = "model.embed_tokens.
     """A (V, D) float tensor (the embedding, or lm_head.weight) as bf16 bits: a view of the mmap when stored
     as BF16, else rounded."""
     src = ck.get(name)
+    for r in range(0, V, HEAD_CHUNK):   # in row chunks: 2B-4T's embedding is 656 MB
+        check_weights(name, src[r:r + HEAD_CHUNK], ck.folder, first_row=r)
     if ck.dtype(name) == "BF16":
         return src
     embed = np.empty((V, D), dtype=np.uint16)
@@ -252,7 +257,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
                            f"(config.json, tokenizer.json, *.safetensors).")
     _refuse_own_input(src_dir, out_path)
     cfg, raw = read_model_config(src_dir)
-    fam = family(raw)
+    fam = family_of(raw)   # not None: read_model_config refuses other models
     _, linear_class, mode = read_quant_config(raw)
     text = read_text_meta(src_dir, cfg, raw)
     try:
@@ -266,10 +271,11 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
         raise ConvertError(f"config.json has tie_word_embeddings = false, but {src_dir} holds no lm_head.weight. "
                            "The checkpoint is incomplete: download it again.")
     naming = _sub_norm_naming(ck) if cfg["num_hidden_layers"] else None
-    if cfg["num_hidden_layers"] and fam in SUB_NORMS_REQUIRED and naming not in SUB_NORMS_REQUIRED[fam]:
-        want = SUB_NORM_NAMES[SUB_NORMS_REQUIRED[fam][0]]
-        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam} model has "
-                           f"sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
+    # a family whose modeling code always has sub-norms: their absence means a damaged checkpoint
+    if cfg["num_hidden_layers"] and fam.sub_norms_required and naming not in fam.sub_norms_required:
+        want = SUB_NORM_NAMINGS[fam.sub_norms_required[0]]
+        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam.name} model "
+                           f"has sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
                            "it again.")
     cfg["sub_norms"] = naming is not None
     layout = _layout(ck, cfg, linear_class, mode)
@@ -287,7 +293,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
         scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
     elif linear_class == "autobitlinear":
         scale_mode = "multiply"
-    elif linear_class == "bitlinear" or fam != "bitnet":
+    elif linear_class == "bitlinear" or fam.packed_scale == "divide":
         scale_mode = "divide"   # transformers' BitLinear, the class a config without linear_class gets
     else:
         scales = [float(ck.get_f32(f"model.layers.{i}.{p}.weight_scale").reshape(-1)[0])
@@ -304,11 +310,11 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
         if not cfg["tie_word_embeddings"]:
             tensors["lm_head"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"], "lm_head.weight")
         head = build_int8_head(tensors.get("lm_head", tensors["embed"]), lambda f, m: report(0.1 * f, m))
-        tensors["norm"] = ck.get_f32("model.norm.weight")
+        tensors["norm"] = _finite_f32(ck, "model.norm.weight")
         for i in range(L):
             p, o = f"model.layers.{i}.", f"layers.{i}."
             for hf, (eng, _) in _norm_shapes(cfg, naming).items():
-                tensors[o + eng] = ck.get_f32(p + hf + ".weight")
+                tensors[o + eng] = _finite_f32(ck, p + hf + ".weight")
             tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode, folded) for proj in projs}
             for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
                                ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
@@ -321,12 +327,15 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
     except SafetensorsError as exc:
         raise ConvertError(str(exc)) from exc
 
+    for name, arr in tensors.items():   # what is written: a scale 1/s of a tiny weight_scale can still be inf
+        if arr.dtype == np.float32:
+            check_weights(name, arr, "the converted engine file")
     embed_dtype = ck.dtype("model.embed_tokens.weight")
     meta = dict(text)
     meta["config"] = cfg
     meta["ternary_packing"] = layout_of_tiles
     meta["source"] = {
-        "path": os.path.abspath(src_dir), "family": fam, "sub_norm_naming": naming,
+        "path": os.path.abspath(src_dir), "family": fam.name, "sub_norm_naming": naming,
         "layout": layout, "linear_class": linear_class,
         "quantization_mode": mode, "scale_mode": scale_mode, "scale_mode_inferred": inferred,
         "embed_dtype": embed_dtype, "embed_rounded_to_bf16": embed_dtype != "BF16",

@@ -3,6 +3,7 @@ link to /dev/zero would never end) and has a size limit, checked before it is re
 
     text = read_text(path, JSON_LIMIT)        # str, or CheckpointFileError (a ValueError) saying what to do
     check_regular(path)                       # before opening a large file (safetensors) by other means
+    check_inside(path, folder)                # a file whose text goes into the engine file: the checkpoint's own
 """
 import os
 import stat
@@ -24,6 +25,19 @@ def check_regular(path: str) -> os.stat_result:
         raise CheckpointFileError(f"{path} is not a regular file (a device, pipe or folder). Replace it with the "
                                   "checkpoint's real file: download the checkpoint again.")
     return st
+
+
+def check_inside(path: str, folder: str) -> None:
+    """A file the checkpoint names must be its own: the path, links followed, must lie inside the folder, or, for a
+    Hub cache snapshot (<repo>/snapshots/<commit>/, whose files link to <repo>/blobs/), inside its blobs folder. A
+    link to /etc/passwd would otherwise be read and embedded in the engine file."""
+    real, home = os.path.realpath(path), os.path.realpath(folder)
+    homes = [home]
+    if os.path.basename(os.path.dirname(home)) == "snapshots":
+        homes.append(os.path.join(os.path.dirname(os.path.dirname(home)), "blobs"))
+    if not any(os.path.commonpath([real, h]) == h for h in homes):
+        raise CheckpointFileError(f"{path} links to {real}, outside the checkpoint folder. A checkpoint's files must "
+                                  "be its own: replace the link with the real file, or download the checkpoint again.")
 
 
 def read_bytes(path: str, limit: int) -> bytes:

@@ -141,9 +141,9 @@ class Checkpoint:
                 raise SafetensorsError(f"{index} is not a valid safetensors index ({exc}). {_redownload(index)}") from None
             if not isinstance(weight_map, dict) or not weight_map:
                 raise SafetensorsError(f"{index} has no weight_map object. {_redownload(index)}")
-            files = sorted(set(weight_map.values()))
-            for fn in files:
+            for fn in weight_map.values():   # each a name in the folder (5, null or a list is none), before sorting
                 check_shard_name(fn, index)
+            files = sorted(set(weight_map.values()))
         elif os.path.exists(os.path.join(folder, SINGLE_NAME)):
             files, weight_map = [SINGLE_NAME], None
         else:

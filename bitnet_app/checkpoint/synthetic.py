@@ -2,67 +2,28 @@
 
     write_synthetic_engine_file(out_path, shape="2b4t", seed=0, layout=None) -> out_path
 
-For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests: the real 2B-4T shape (30 layers,
-2560/6912, 20/5 heads, vocab 128256), the Llama-family shapes falcon3-1b, falcon3-3b, falcon3-7b, falcon3-10b,
-llama3-8b and bitnet-3b (1bitLLM's; reference/model-families.md), or "tiny". Ternary tiles are random bytes
-whose four 2-bit fields are each in {0, 1, 2}; per-row multipliers are about 1.5 (2B-4T's weight_scale) or
-about mean|W| = 0.02 (the Llama family's 1/weight_scale); norms are around 1; the embedding (and an untied
+For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests. The shapes (checkpoint/shapes.py): the
+real 2B-4T shape (30 layers, 2560/6912, 20/5 heads, vocab 128256), the Llama-family shapes falcon3-1b, falcon3-3b,
+falcon3-7b, falcon3-10b, llama3-8b, 1bitLLM's bitnet-3b, and the tiny test shapes. The rest follows the shape's
+family (checkpoint/families.py), as the real models do: its activation, its sub-norms (or none), a tied or an
+untied head, and its weight-scale rule. Ternary tiles are random bytes whose four 2-bit fields are each in
+{0, 1, 2}; per-row multipliers are about 1.5 (2B-4T's weight_scale, which multiplies) or about mean|W| = 0.02
+(1 / weight_scale, for a family whose weight_scale divides); norms are around 1; the embedding (and an untied
 lm_head) is random bf16 and the int8 head is its real per-row quantization (so the exact and the int8 heads
-agree). The Llama shapes are silu without sub-norms, 2B-4T relu2 with them, as the real models. The tokenizer
-is a real but tiny byte-level one (256 byte tokens, no merges) with the special tokens at the shape's real ids,
-so the model layer can load the file and encode/decode text. The tiles are in either layout (packing.PACKINGS;
-by default the one the converter writes on this CPU).
+agree). The tokenizer is a real but tiny byte-level one (256 byte tokens, no merges) with the special tokens at
+the shape's real ids, so the model layer can load the file and encode/decode text. The tiles are in either layout
+(packing.PACKINGS; by default the one the converter writes on this CPU).
 """
 import json
 
 import numpy as np
 
-from .. import catalog
 from ..engine import packing
-from ..engine.file import write_engine_file
-from ..params import DEFAULT_ATTENTION, DEFAULT_BLOCK_SIZE
+from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE, write_engine_file
+from ..text.chat import BITNET_CHAT_TEMPLATE   # microsoft/bitnet-b1.58-2B-4T's (its tokenizer_config.json)
 from .convert import CONVERTER_VERSION, build_int8_head
-
-# The chat template of microsoft/bitnet-b1.58-2B-4T (its tokenizer_config.json).
-BITNET_CHAT_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = message['role'] | capitalize + ': '+ message['content'] | trim + '<|eot_id|>' %}"
-    "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}")
-
-# Every dimension is a multiple of 16, so no tile needs padding.
-def _catalog_shape(repo: str, **rest) -> dict:
-    """The dimensions bitnet_app/catalog.py records for `repo` (one table for both), plus the ids and the rest."""
-    e = catalog.ENTRIES[repo]
-    return dict(hidden_size=e.hidden, intermediate_size=e.intermediate, num_hidden_layers=e.layers,
-                num_attention_heads=e.heads, num_key_value_heads=e.kv_heads, head_dim=e.head_dim,
-                vocab_size=e.vocab, max_position_embeddings=e.context, family=e.family, **rest)
-
-
-FALCON3 = dict(bos=11, eos=11, eot=11, rope_theta=1000042.0)
-SHAPES = {
-    "2b4t": _catalog_shape("microsoft/bitnet-b1.58-2B-4T", bos=128000, eos=128001, eot=128009),
-    # tiiuae Falcon3-*-1.58bit (Base configs): head_dim 256, untied 131072-row head, silu, no sub-norms
-    "falcon3-1b": _catalog_shape("tiiuae/Falcon3-1B-Instruct-1.58bit", **FALCON3),
-    "falcon3-3b": _catalog_shape("tiiuae/Falcon3-3B-Instruct-1.58bit", **FALCON3),
-    "falcon3-7b": _catalog_shape("tiiuae/Falcon3-7B-Instruct-1.58bit", **FALCON3),
-    "falcon3-10b": _catalog_shape("tiiuae/Falcon3-10B-Instruct-1.58bit", **FALCON3),
-    # HF1BitLLM/Llama3-8B-1.58-100B-tokens (Meta-Llama-3-8B's shape)
-    "llama3-8b": _catalog_shape("HF1BitLLM/Llama3-8B-1.58-100B-tokens", bos=128000, eos=128001, eot=128009,
-                                rope_theta=500000.0),
-    # 1bitLLM/bitnet_b1_58-3B (26 layers: UNVERIFIED in the fact sheet): MHA, head_dim 100, tied, sub-norms
-    "bitnet-3b": _catalog_shape("1bitLLM/bitnet_b1_58-3B", bos=1, eos=2, eot=2, rope_theta=10000.0),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, vocab_size=272, max_position_embeddings=256,
-                 bos=256, eos=257, eot=258),
-    # a small Llama-family shape for tests: head_dim 32 with 3 query heads per KV head, eos below 256 as Falcon3's
-    "tiny-llama": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=3,
-                       num_key_value_heads=1, head_dim=32, vocab_size=300, max_position_embeddings=256,
-                       bos=11, eos=11, eot=11, family="llama", rope_theta=1000042.0),
-    # a small 1bitLLM-large-like shape for tests: head_dim 96, multi-head attention, silu with sub-norms, tied
-    "tiny-1bitllm": dict(hidden_size=192, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=2, head_dim=96, vocab_size=300, max_position_embeddings=256,
-                         bos=1, eos=2, eot=2, family="1bitllm", rope_theta=10000.0),
-}
+from .families import FAMILIES
+from .shapes import SHAPES
 
 # 81 = 3^4 byte values whose four 2-bit fields are all in {0, 1, 2}; a random byte b maps to entry b % 81
 # (a slight bias towards the first 13 entries is irrelevant for a benchmark and much faster than integers(0, 81))
@@ -171,9 +132,10 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    fam = s.get("family", "bitnet")
-    lo, hi = (1.2, 1.8) if fam == "bitnet" else (0.015, 0.03)   # weight_scale, or 1 / weight_scale
-    sub_norms, tied = fam != "llama", fam != "llama"
+    fam = FAMILIES[s["family"]]
+    scale_mode = "divide" if fam.packed_scale == "divide" else "multiply"   # 2B-4T's scales multiply
+    lo, hi = (1.2, 1.8) if scale_mode == "multiply" else (0.015, 0.03)   # weight_scale, or 1 / weight_scale
+    sub_norms, tied = fam.sub_norms is not None, fam.tied_head
 
     def scales(*rows):  # one multiplier per projection, repeated over its rows
         return np.concatenate([np.full(r, rng.uniform(lo, hi), dtype=np.float32) for r in rows])
@@ -193,8 +155,8 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
 
     config = {k: s[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")}
-    config.update(rope_theta=s.get("rope_theta", 500000.0), rms_norm_eps=1e-5, bos_token_id=s["bos"],
-                  eos_token_id=s["eos"], hidden_act="relu2" if fam == "bitnet" else "silu", sub_norms=sub_norms,
+    config.update(rope_theta=s["rope_theta"], rms_norm_eps=1e-5, bos_token_id=s["bos"],
+                  eos_token_id=s["eos"], hidden_act=fam.activation, sub_norms=sub_norms,
                   tie_word_embeddings=tied, rope_scaling=None)
     meta = {
         "config": config,
@@ -207,9 +169,9 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
         "stop_ids": sorted({s["eos"], s["eot"]}),
         "bos_id": s["bos"],
         "mask_id": None,
-        "diffusion": {"block_size": DEFAULT_BLOCK_SIZE, "attention": DEFAULT_ATTENTION, "trained": False},
+        "diffusion": {"block_size": TRAINED_BLOCK_SIZE, "attention": PLAIN_ATTENTION, "trained": False},
         "source": {"path": None, "layout": "synthetic", "shape": shape, "seed": seed, "linear_class": None,
-                   "family": fam, "scale_mode": "multiply" if fam == "bitnet" else "divide",
+                   "family": fam.name, "scale_mode": scale_mode,
                    "scale_mode_inferred": False, "embed_dtype": "BF16",
                    "converter_version": CONVERTER_VERSION},
     }

@@ -1,8 +1,10 @@
 """Autoregressive decoding: prefill the prompt in one forward, then one token per forward.
 
-    for ev in generate_ar(engine, prompt_ids, sampler=Sampler(), stop_ids={128001, 128009},
-                          max_new_tokens=64, detokenizer=tok.detokenizer()):
+    for ev in generate_ar(engine, prompt_ids, params, stop_ids={128001, 128009}, detokenizer=tok.detokenizer()):
         ...  # Token(id, text) per token, then Done(stats, stop_reason, text, ids)
+
+params: a DecodeParams (bitnet_app/params.py) resolved for this model (Model.decode_params): max_new_tokens and
+the sampling knobs; `sampler` replaces the one they describe (tests hand in the numpy kernels).
 
 Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; sampler.token takes (V,).
 
@@ -15,9 +17,9 @@ list exact after every forward, so closing the generator at any yield leaves bot
 """
 import time
 
-from ..params import KNOBS
 from .context import check_prompt_fits, reusable_prefix
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Token
+from .sampling import Sampler
 
 
 def _forward_commit(engine, ids, start, kv_ids):
@@ -31,8 +33,11 @@ def _forward_commit(engine, ids, start, kv_ids):
     return logits[0]
 
 
-def generate_ar(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = KNOBS["max_new_tokens"].default,
-                detokenizer=None, kv_ids: list | None = None):
+def generate_ar(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detokenizer=None,
+                kv_ids: list | None = None):
+    params = params.ready_for(engine.vocab_size)
+    sampler = sampler or Sampler.from_params(params, engine)
+    max_new_tokens = params.max_new_tokens
     prompt = [int(i) for i in prompt_ids]
     check_prompt_fits(len(prompt), engine.ctx)
     stop_set = {int(i) for i in stop_ids}

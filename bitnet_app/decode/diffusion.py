@@ -1,9 +1,11 @@
 """Block-diffusion decoding, Fast-dLLM v2 style.
 
-    for ev in generate_diffusion(engine, prompt_ids, sampler=Sampler(banned_ids=[mask]), stop_ids={...},
-                                 max_new_tokens=64, detokenizer=tok.detokenizer(), block_size=32,
-                                 sub_block_size=8, threshold=0.9, attention="block", mask_id=mask):
+    for ev in generate_diffusion(engine, prompt_ids, params, stop_ids={...}, detokenizer=tok.detokenizer()):
         ...  # Step after every forward, Token for each newly resolved slot (in order), then Done
+
+params: a DecodeParams (bitnet_app/params.py) resolved for this model (Model.decode_params): block_size,
+sub_block_size, threshold, attention, fill_rule, mask_id, dual_cache, max_new_tokens and the sampling knobs;
+`sampler` replaces the one they describe (tests hand in the numpy kernels).
 
 The sequence is cut into blocks of B slots aligned to absolute positions 0, B, 2B, ... A block holds
 what is already known (the prompt's tail, or the token predicted by the previous block) followed by
@@ -18,8 +20,14 @@ threshold is filled, plus one floor slot, so that each step fills at least one:
   - block attention: the most confident masked slot of the sub-block (Fast-dLLM v2's rule);
   - causal attention: the leftmost masked slot. Its logits see exactly the resolved prefix, so its
     prediction is the AR prediction; threshold 1.0 with causal attention is therefore greedy AR.
+That is the threshold fill rule: a filled slot is final at once. The exact rule (fill_rule="exact", causal
+attention; exact.py) keeps the threshold's fills as drafts and checks them with the rows the next step re-runs
+anyway: a draft stands only if it is what AR writes there, given the final slots before it; the first slot that
+is not kept takes AR's choice and the drafts after it are masked again. Steps go to the sub-block of the first
+masked slot (left to right; the exact rule may reopen an earlier one).
 A finished block is run once more and COMMITTED, so no K/V computed from MASK inputs stays in the
-cache; the last row of that pass predicts the next block's first slot.
+cache; the last row of that pass predicts the next block's first slot (under the exact rule the same pass checks
+the drafts still unchecked, and a rejection cuts the cache back and reopens the block).
 
 Shapes: engine.forward(block, rows=R) -> (len(R), V) float32; sampler((R, V)) -> tokens (R,), probs (R,).
 Queries (see _Run.query_span): causal attention runs only the slots from the first one whose scratch
@@ -35,20 +43,10 @@ import time
 
 import numpy as np
 
-from ..params import KNOBS, DecodeParams
 from .context import check_prompt_fits
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Step, Token
-
-
-def check_knobs(vocab_size: int, block_size: int, sub_block_size: int, threshold: float, attention: str,
-                mask_id) -> DecodeParams:
-    """The knobs as checked DecodeParams (bitnet_app/params.py), the mask id also against this model's
-    vocabulary: clear errors for values the decoder cannot run with, whoever calls it."""
-    p = DecodeParams(mode="diffusion", block_size=block_size, sub_block_size=sub_block_size, threshold=threshold,
-                     attention=attention, mask_id=mask_id)
-    if p.mask_id is None or p.mask_id >= vocab_size:
-        raise ValueError(f"mask_id {mask_id} is out of range for this model (vocabulary {vocab_size})")
-    return p
+from .exact import ExactRule
+from .sampling import Sampler
 
 
 class _Reply:
@@ -87,17 +85,23 @@ class _Reply:
 class _Run:
     """One reply: the engine calls, the block bookkeeping and the figures (work time excludes yields)."""
 
-    def __init__(self, engine, prompt, sampler, reply, B, S, threshold, attention, mask, dual_cache, kv_ids):
+    def __init__(self, engine, prompt, sampler, reply, params, kv_ids):
         self.engine, self.prompt, self.sampler, self.reply = engine, prompt, sampler, reply
-        self.B, self.S, self.threshold, self.attention, self.mask = B, S, threshold, attention, mask
-        self.causal = attention == "causal"
-        self.dual_cache, self.kv_ids = dual_cache, kv_ids
+        self.B, self.S, self.threshold = params.block_size, params.sub_block_size, params.threshold
+        self.attention, self.mask, self.dual_cache = params.attention, params.mask_id, params.dual_cache
+        self.causal = self.attention == "causal"
+        self.kv_ids = kv_ids
         self.fresh = 0  # causal attention: the block's leading slots whose scratch K/V are those of their final ids
+        # the exact rule (exact.py; causal attention only): drafts are checked, and only slots [0, settled) are final
+        self.exact = ExactRule(sampler, self.threshold, self.mask) if params.fill_rule == "exact" else None
+        self.settled = 0
+        self.drafted = 0  # the threshold rule's fills beyond the one a step must make (all of them stand)
         self.forwards = self.steps = 0
         self.busy = self.ttft = 0.0
         self.engine_s = self.step_s = self.step_engine_s = 0.0  # where the time goes (see _stats)
 
-    def forward(self, tokens, start, commit, rows, kv_end=None):
+    def engine_call(self, tokens, start, commit, rows, kv_end=None):
+        """One engine.forward, counted (stats "forwards") and timed, with the committed ids recorded."""
         self.forwards += 1
         t = time.perf_counter()
         logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
@@ -126,7 +130,7 @@ class _Run:
         its last row predicts."""
         n_full = len(self.prompt) // self.B * self.B
         if n_full:
-            logits = self.forward(self.prompt[:n_full], 0, True, [n_full - 1])
+            logits = self.engine_call(self.prompt[:n_full], 0, True, [n_full - 1])
             if n_full == len(self.prompt):
                 return n_full, [self.sample_one(logits[0])], 0
         tail = list(self.prompt[n_full:])
@@ -144,44 +148,86 @@ class _Run:
         Block attention: every slot sees the whole block, so all n slots run (exact); under DualCache,
         after the sub-block's first step, only lo-1 .. hi-1 run, against the scratch K/V of the other
         slots (kv_end = n): an approximation, since those K/V are from the sub-block's first step."""
-        if self.causal:
-            return min(self.fresh, masked[0] - 1), masked[-1], None
+        if self.causal:  # the exact rule also re-runs the rows that check the drafts from slot `settled` on
+            first = self.settled if self.exact else masked[0]
+            return min(self.fresh, first - 1), masked[-1], None
         if self.dual_cache and not first_step:
             return max(lo - 1, 0), hi, n
         return 0, n, None
+
+    def start_block(self, known: int) -> None:
+        """A new block whose first `known` slots are final (the prompt's tail, or the predicted first slot)."""
+        self.settled = known
+        if self.exact:
+            self.exact.start_block()
 
     def step(self, block, block_start, lo, hi, first_step) -> list[int]:
         """One denoising forward for the sub-block [lo, hi); fills slots in place, returns which."""
         t0, engine_before = time.perf_counter(), self.engine_s
         masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
         q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, masked)
-        logits = self.forward(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in masked],  # token shift
+        # token shift: the row of slot j-1 predicts slot j; the exact rule reads every row from slot `settled` on
+        wanted = range(self.settled, masked[-1] + 1) if self.exact else masked
+        logits = self.engine_call(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in wanted],
                               kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
-        tokens, probs = self.sampler(logits, self.context())
-        fill = _choose(masked, tokens.tolist(), probs.tolist(), self.threshold, self.causal)
-        for j, token in fill:
-            block[j] = token
-        self.fresh = min(q1, fill[0][0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
+        if self.exact:
+            filled = self.step_exact(block, masked, logits)
+        else:
+            tokens, probs = self.sampler(logits, self.context())
+            fill = _choose(masked, tokens.tolist(), probs.tolist(), self.threshold, self.causal)
+            for j, token in fill:
+                block[j] = token
+            filled = [j for j, _ in fill]
+            self.drafted += len(fill) - 1
+        self.fresh = min(q1, filled[0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
         self.step_s += time.perf_counter() - t0
         self.step_engine_s += self.engine_s - engine_before
-        return [j for j, _ in fill]
+        return filled
 
-    def commit(self, block, block_start) -> np.ndarray:
-        """Commit the finished block's K/V; return the logits of its last row (they predict the next block's
+    def step_exact(self, block, masked: list[int], logits) -> list[int]:
+        """The exact rule on one step's rows (logits[i] predicts slot settled + i): check the drafts, fill the
+        first slot that is not kept, then draft the masked slots after a floor. Returns the filled slots."""
+        start = self.settled
+        self.settled, ended = self.exact.settle(block, start, logits, self.context())
+        filled = [self.settled - 1]
+        if ended == "floor":  # rows after the floor saw it masked: they only draft, for a later step to check
+            later = [j for j in masked if j >= self.settled]
+            filled += self.exact.draft(block, later, logits[[j - start for j in later]], self.context())
+        return filled
+
+    def commit(self, block, block_start) -> np.ndarray | None:
+        """Commit the finished block's K/V; return the logits row of its last slot (it predicts the next block's
         first slot). Causal attention: the scratch K/V of the slots before self.fresh are already those of the
-        final ids, so they are kept as they are and only the later slots run (the last one always does)."""
-        keep = min(self.fresh, len(block) - 1) if self.causal else 0
+        final ids, so they are kept as they are and only the later slots run (the last one always does).
+        The exact rule: the same forward's rows check the drafts still unchecked; when one does not stand, the
+        cache is cut back to it, the block reopens (its later drafts masked again) and None is returned."""
+        n, settled = len(block), self.settled
+        keep = min(self.fresh, n - 1) if self.causal else 0
+        checks = self.exact is not None and settled < n
+        if checks:
+            keep = min(keep, settled - 1)
         if keep:
             self.engine.keep_scratch(block_start + keep)
             self.record_committed(block_start, block[:keep])
         self.fresh = 0
-        return self.forward(block[keep:], block_start + keep, True, [len(block) - 1 - keep])
+        rows = range(settled - 1 - keep, n - keep) if checks else [n - 1 - keep]
+        logits = self.engine_call(block[keep:], block_start + keep, True, list(rows))
+        if checks:
+            self.settled, ended = self.exact.settle(block, settled, logits, self.context())
+            if ended == "replaced":  # the draft at slot settled - 1 did not stand: its K/V and all after it go
+                self.engine.truncate(block_start + self.settled - 1)
+                if self.kv_ids is not None:
+                    del self.kv_ids[block_start + self.settled - 1:]
+                self.fresh = self.settled - 1
+                return None
+        return logits[-1]
 
     def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
         """Token events for the block's slots that became final in order, from slot `emitted` on."""
         events = []
-        while emitted < len(block) and block[emitted] != self.mask and not self.reply.done:
+        final = self.settled if self.exact else len(block)  # the threshold rule: every filled slot is final
+        while emitted < final and block[emitted] != self.mask and not self.reply.done:
             ev = self.reply.resolve(block[emitted])
             emitted += 1
             if ev is not None:
@@ -195,19 +241,20 @@ class _Run:
             yield ev
 
 
-def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_tokens: int = KNOBS["max_new_tokens"].default,
-                       detokenizer=None, kv_ids: list | None = None, block_size: int, sub_block_size: int,
-                       threshold: float, attention: str, mask_id, dual_cache: bool = False):
-    """Block-diffusion events for prompt_ids; the knobs are DecodeParams' (Model.generate fills the
-    checkpoint's block size, attention and mask id)."""
+def generate_diffusion(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detokenizer=None,
+                       kv_ids: list | None = None):
+    """Block-diffusion events for prompt_ids with the knobs of `params` (a DecodeParams resolved for this model,
+    as Model.generate makes it: the checkpoint's block size, attention and mask id filled in)."""
     prompt = [int(i) for i in prompt_ids]
-    p = check_knobs(engine.vocab_size, block_size, sub_block_size, threshold, attention, mask_id)
-    B, S, thr, attention, mask_id = p.block_size, p.sub_block_size, p.threshold, p.attention, p.mask_id
+    params = params.ready_for(engine.vocab_size)
+    if params.mode != "diffusion":
+        raise ValueError(f"generate_diffusion runs mode 'diffusion', not {params.mode!r}")
+    max_new_tokens = params.max_new_tokens
     check_prompt_fits(len(prompt), engine.ctx)
-    budget = min(int(max_new_tokens), engine.ctx - len(prompt))
+    budget = min(max_new_tokens, engine.ctx - len(prompt))
     reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
-    run = _Run(engine, prompt, sampler, reply, B, S, thr, attention, mask_id, dual_cache, kv_ids)
-    mask, clock = run.mask, time.perf_counter
+    run = _Run(engine, prompt, sampler or Sampler.from_params(params, engine), reply, params, kv_ids)
+    B, S, mask, clock = run.B, run.S, run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.
     engine.reset()
@@ -228,25 +275,30 @@ def generate_diffusion(engine, prompt_ids, *, sampler, stop_ids=(), max_new_toke
             t = clock()
             room = min(B, engine.ctx - block_start)
             block = known + [mask] * max(room - len(known), 0)
+            run.start_block(len(known))
             emitted, events = run.resolve_prefix(block, prompt_slots)  # a predicted first slot is final already
             run.busy += clock() - t
             yield from run.emit(events)
-            for lo in range(0, len(block), S):  # sub-blocks left to right, each until it has no masks
-                first_step = True
-                while not reply.done and mask in block[lo:lo + S]:
-                    t = clock()
-                    fill = run.step(block, block_start, lo, min(lo + S, len(block)), first_step)
-                    first_step = False
-                    emitted, events = run.resolve_prefix(block, emitted)
-                    run.busy += clock() - t
-                    yield Step(block_start, tuple(block), tuple(fill), mask)
-                    yield from run.emit(events)
+            last, lo = None, None
+            while last is None and not reply.done:
+                t = clock()
+                if mask in block:  # a step on the sub-block of the first mask (sub-blocks go left to right)
+                    first = block.index(mask) // S * S
+                    first_step, lo = first != lo, first
+                    filled = run.step(block, block_start, lo, min(lo + S, len(block)), first_step)
+                    step = Step(block_start, tuple(block), tuple(filled), mask, run.settled if run.exact else None)
+                else:  # complete: commit its K/V from its final ids (the exact rule may reopen it, see commit)
+                    last, step = run.commit(block, block_start), None
+                emitted, events = run.resolve_prefix(block, emitted)
+                run.busy += clock() - t
+                if step is not None:
+                    yield step
+                yield from run.emit(events)
             if reply.done:
                 break
-            # The block is complete: commit its K/V from its final ids; its last row predicts the next slot.
+            # the last row of the committed block predicts the next block's first slot
             t = clock()
-            logits = run.commit(block, block_start)
-            block_start, known, prompt_slots = block_start + len(block), [run.sample_one(logits[0])], 0
+            block_start, known, prompt_slots = block_start + len(block), [run.sample_one(last)], 0
             run.busy += clock() - t
             if block_start >= engine.ctx:
                 reply.stop_reason = STOP_CONTEXT
@@ -280,12 +332,16 @@ def _choose(masked: list[int], tokens: list[int], probs: list[float], threshold:
 
 def _stats(run: _Run, tokens: int, prompt_tokens: int) -> dict:
     forwards, steps, total_s = run.forwards, run.steps, run.busy
+    drafted, kept = (run.exact.drafted, run.exact.kept) if run.exact else (run.drafted, run.drafted)
     return {
         "tokens": tokens,
         "forwards": forwards,            # every engine call: prefill, denoising steps, block commits
         "steps": steps,                  # denoising forwards only
         "tokens_per_forward": tokens / forwards if forwards else 0.0,
-        "tokens_per_step": tokens / steps if steps else 0.0,
+        "tokens_per_step": tokens / steps if steps else 0.0,  # tokens that stand: the reply's
+        "drafted": drafted,              # slots filled above the threshold and checked (the threshold rule: all stand)
+        "kept": kept,                    # ... of which stood
+        "kept_share": kept / drafted if drafted else 1.0,
         "tok_s": tokens / total_s if total_s > 0 else 0.0,
         "ttft_s": run.ttft,
         "prompt_tokens": prompt_tokens,

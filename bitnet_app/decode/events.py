@@ -25,12 +25,15 @@ class Step:
     """One diffusion forward: the current block as it stands (mask_id where still unknown).
 
     block_start: absolute position of the block's first slot; block: ids of the block's slots;
-    filled: slot indices (into block) resolved by this step; mask_id: the id that marks unknown slots.
+    filled: slot indices (into block) resolved by this step; mask_id: the id that marks unknown slots;
+    settled: under the exact fill rule, how many leading slots are final (the filled slots after them are drafts
+    that a later step checks, and may mask again); None when every filled slot is final (the threshold rule).
     """
     block_start: int
     block: tuple
     filled: tuple
     mask_id: int
+    settled: int | None = None
 
 
 @dataclass(frozen=True)

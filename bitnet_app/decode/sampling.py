@@ -115,6 +115,15 @@ class Sampler:
         self.greedy_rows = greedy_kernel or greedy_rows
         self.sample_rows = sample_kernel
 
+    @classmethod
+    def from_params(cls, params, engine=None) -> "Sampler":
+        """The sampler a DecodeParams (bitnet_app/params.py) describes, its mask id banned (the mask is never a
+        prediction); with the engine's C kernels (Engine.greedy_rows, Engine.sample_rows) when given one."""
+        return cls(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                   repetition_penalty=params.repetition_penalty, seed=params.seed,
+                   banned_ids=[] if params.mask_id is None else [params.mask_id],
+                   greedy_kernel=getattr(engine, "greedy_rows", None), sample_kernel=getattr(engine, "sample_rows", None))
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0

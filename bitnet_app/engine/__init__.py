@@ -9,7 +9,7 @@ The engine itself is C, in _kernels/ at the top of the repository; Python reache
                         dispatch.c     the kernel path for this CPU; kernels_<isa>.c: one file per path
                         greedy.c, sample.c, rows_job.c   the sampler's rows; roof.c: the machine's read roof
     _kernels/engine.pyx  --setup.py-->  bitnet_app._engine: CEngine (one C call per forward, the GIL released),
-                        kernel_paths(), kernel_name(), read_roof_gb_s()
+                        kernel_paths(), kernel_name(), read_roof_gb_s(), int8_tile_rowsums() (values.py)
     runtime.py          Engine wraps CEngine (the KV-cache bookkeeping, argument checks, resident weights);
                         bitnet_app/model.py's Model wraps Engine with the tokenizer and the chat template
     _kernels/engine_testing.pyx  -->  bitnet_app._engine_testing: single kernels on numpy arrays, for tests/ only
@@ -17,6 +17,8 @@ The engine itself is C, in _kernels/ at the top of the repository; Python reache
 file.py       the engine file format (magic BITNETAP, version, checksummed JSON metadata, aligned tensors with
               data sums): EngineFile, write_engine_file, remove_stale_partials
 validate.py   what its metadata must hold (tensor table, config, text metadata) before anything trusts it
+values.py     what its tensors must hold (the set the config implies, finite small tensors, the head's row sums,
+              no unused ternary code): for a file whose checksums were recomputed after an edit
 packing.py    the tile layouts of its ternary and int8 tensors, with their numpy unpackers
 cache.py      where converted engine files live (cache_dir(), one file per checkpoint folder)
 runtime.py    Engine: an engine file plus a KV cache, one call into the compiled C code per forward

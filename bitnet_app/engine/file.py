@@ -14,9 +14,11 @@ Metadata keys: "config" (normalized hyper-parameters, see checkpoint/config.py),
 offset, nbytes), "layout" (data_start, file_bytes, chunk_bytes, chunk_sums: the wrapping uint64 sum of
 each CHUNK_BYTES piece of the data region, read as little-endian uint64 words), and what the model
 layer needs: "tokenizer_json", "tokenizer_config",
-"generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion", "source"; and
-"ternary_packing" (format 4): the layout of every ternary matrix's tiles, "2bit" (4 codes a byte) or "1.6bit"
-(5 codes a byte), packing.py PACKINGS; the converter chooses it.
+"generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion" (block_size and attention:
+what the model was trained with, TRAINED_BLOCK_SIZE and PLAIN_ATTENTION where the checkpoint names none; trained;
+a dlm_config.json's suggested sub_block_size and threshold), "source"; and "ternary_packing" (format 4): the
+layout of every ternary matrix's tiles, "2bit" (4 codes a byte) or "1.6bit" (5 codes a byte), packing.py PACKINGS;
+the converter chooses it.
 
 Config keys of format 3 beyond the sizes (checkpoint/config.py writes them, validate.py checks them):
     hidden_act "relu2" | "silu"      the gated MLP's activation
@@ -57,7 +59,10 @@ overlapping), the config values and the text metadata. The data's chunk sums are
 data is small (<= FULL_VERIFY_BYTES, e.g. the demo model: a few ms); a large file verifies its first and
 last chunks and two random ones at each open (a zero-filled or torn tail is always found; a flipped bit
 elsewhere with a chance per open), because summing all 1.5 GB of the 2B-4T file costs about a second.
-EngineFile(path, verify="full") checks every chunk.
+EngineFile(path, verify="full") checks every chunk. A file whose checksums were recomputed after an edit passes
+them, so the values are checked too (engine/values.py): the tensor set matches the config exactly, the small
+tensors (norms, scales, the head's row sums) are checked whole at every open, and the ternary codes of every chunk
+verified hold no unused code 3.
 """
 import hashlib
 import json
@@ -72,12 +77,16 @@ import numpy as np
 
 from .packing import PACKING_2BIT
 from .validate import DTYPES, EngineFileError, check_meta, check_table
+from .values import check_small_tensors, check_tensor_set, ternary_code_problem
 
 MAGIC = b"BITNETAP"
 FORMAT_VERSION = 4
 READABLE_VERSIONS = (2, 3, 4)
 # what a format-2 file implicitly was: BitNet b1.58 2B-4T's architecture
 FORMAT_2_DEFAULTS = {"hidden_act": "relu2", "sub_norms": True, "tie_word_embeddings": True, "rope_scaling": None}
+# meta["diffusion"] of a checkpoint that names none (converted files always hold both; a file without them means these):
+TRAINED_BLOCK_SIZE = 32      # no bd_size: Fast-dLLM v2's training block size
+PLAIN_ATTENTION = "causal"   # no dlm_config.json: an ordinary causal LM
 DATA_ALIGN = 4096
 TENSOR_ALIGN = 64
 CHUNK_BYTES = 16 << 20           # one data checksum per 16 MB
@@ -277,12 +286,14 @@ class EngineFile:
         where = f"{path}"
         layout = check_table(self.meta, size, _HEADER.size, where, TENSOR_ALIGN, DATA_ALIGN)
         check_meta(self.meta, where)
+        check_tensor_set(self.meta["tensors"], self.config, where)
         self._mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
         self._verify_data(layout, verify)
         self.tensors = {}
         for name, e in self.meta["tensors"].items():
             raw = self._mm[e["offset"]:e["offset"] + e["nbytes"]]
             self.tensors[name] = raw.view(DTYPES[e["dtype"]]).reshape(e["shape"])
+        check_small_tensors(self.tensors, self.config, where)
 
     def _verify_data(self, layout: dict, verify: str) -> None:
         start, end, sums = layout["data_start"], layout["file_bytes"], layout["chunk_sums"]
@@ -292,12 +303,27 @@ class EngineFile:
         else:
             rng = np.random.default_rng()
             chunks = sorted({0, n - 1, *(int(c) for c in rng.integers(0, n, SAMPLED_CHUNKS))})
+        # (2-bit tiles only: every byte of 1.6-bit tiles decodes to codes 0, 1, 2 on every path, packing.py)
+        codes = [(e["offset"], e["offset"] + e["nbytes"], name) for name, e in self.meta["tensors"].items()
+                 if name.endswith(".codes") and self.packing == PACKING_2BIT]
         for c in chunks:
             b = start + c * CHUNK_BYTES
             got = int(_words(self._mm[b:min(end, b + CHUNK_BYTES)]).sum(dtype=np.uint64))
             if got != sums[c]:
                 raise EngineFileError(f"{self.path} is damaged: the data between bytes {b} and "
                                       f"{min(end, b + CHUNK_BYTES)} does not match its checksum. Convert the "
+                                      "checkpoint again.")
+            self._verify_codes(codes, b, min(end, b + CHUNK_BYTES))
+
+    def _verify_codes(self, codes, b: int, e: int) -> None:
+        """The ternary codes inside bytes [b, e) hold no unused code 3 (one the checksum vouches for when the
+        checksums were recomputed after an edit): checked on every chunk _verify_data sums."""
+        for lo, hi, name in codes:
+            lo, hi = max(lo, b), min(hi, e)
+            bad = ternary_code_problem(self._mm[lo:hi]) if lo < hi else None
+            if bad is not None:
+                raise EngineFileError(f"{self.path} is damaged: tensor {name!r} holds the unused ternary code 3 (its "
+                                      f"byte {lo + bad - self.meta['tensors'][name]['offset']}). Convert the "
                                       "checkpoint again.")
 
     @property

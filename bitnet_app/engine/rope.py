@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+# the llama3 rule's parameters: every one a finite positive number (checked by engine/validate.py and, with
+# messages about config.json, by checkpoint/config.py)
 ROPE_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 

@@ -15,7 +15,9 @@ forward(tokens, *, start=None, commit=True, attention="causal", block_size=0, kv
     kv_end      keys are read from positions [0, kv_end); default start + len(tokens). A larger value
                 reuses scratch K/V written by an earlier uncommitted call (DualCache).
     rows        batch indices whose logits are returned (default: the last one); [] returns (0, vocab).
-Returns float32 (len(rows), vocab). Bad ids or positions raise ValueError; the C call releases the GIL.
+Returns float32 (len(rows), vocab). Bad ids or positions raise ValueError; the C call releases the GIL. Logits that
+are not all finite (a damaged file: NaN or infinity in its weights) raise NonFiniteLogits (an EngineFileError naming
+the file), and the positions the call wrote are forgotten.
 
 lm_head "int8" (default; per-row scales, half the bytes of bf16) or "exact" (the bf16 embedding).
 kv "f16" (default with the int8 head: half the memory and attention traffic of float32), "f32" (default with the
@@ -24,6 +26,7 @@ absmax / 127: about half fp16's bytes again, for long conversations; its agreeme
 benchmarks/BENCHMARKS.md).
 """
 import errno
+import numbers
 import os
 import threading
 from types import SimpleNamespace
@@ -32,11 +35,14 @@ import numpy as np
 
 from .file import EngineFile
 from .resident import huge_pages_available, shared_resident, streamed_names
+from .validate import MAX_CONTEXT, NonFiniteLogits
 
 # forces a kernel path: a name of kernel_paths.py (else the dispatcher takes the best one the CPU has)
 ISA_ENV = "BITNET_ISA"
 # the KV cache's element types, in the order of _kernels/bitnet.h enum bn_kv
 KV_TYPES = ("f32", "f16", "i8")
+MAX_THREADS = 256      # _kernels/pool.h BN_POOL_MAX_THREADS (the C engine refuses more, and checks it again)
+C_INT_MAX = 2**31 - 1  # block_size and top_k reach the C code as C ints
 
 
 def banned_array(banned) -> np.ndarray:
@@ -45,6 +51,37 @@ def banned_array(banned) -> np.ndarray:
     if isinstance(banned, np.ndarray) and banned.dtype == np.int32:
         return banned
     return np.array(sorted({int(i) for i in banned}), dtype=np.int32)
+
+
+def whole_number(name: str, value, low: int, high: int, what: str, noun: str = "") -> int:
+    """value as an int once it is a whole number in [low, high] (what: where the bound comes from; noun: what the
+    value is, in words), else a ValueError that starts with the argument's name as the caller wrote it: values
+    reach C as C ints, where a larger one would overflow, and a fraction or a bool is refused, never truncated."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: {noun + ' ' if noun else ''}{value} is out of range: use {low} to {high} ({what})")
+    return int(value)
+
+
+def _env_threads() -> int | None:
+    """BITNET_THREADS, when set: a thread count for every engine."""
+    text = os.environ.get("BITNET_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the environment variable BITNET_THREADS is {text!r}; it must be a whole number of "
+                         f"threads (1 to {MAX_THREADS}), or unset") from None
+
+
+def _int64s(values, what: str) -> np.ndarray:
+    """values as an int64 array; a value beyond int64 is refused as out of range (numpy's OverflowError)."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        raise ValueError(f"{what} must fit a 64-bit integer; got {str(values)[:80]}, which does not") from None
 
 
 def _min_max(a: np.ndarray) -> tuple[int, int]:
@@ -71,9 +108,14 @@ class Engine:
         self.lm_head = lm_head
         self.kv = kv
         self.vocab_size = int(cfg["vocab_size"])
-        self.ctx = int(ctx or cfg["max_position_embeddings"])
+        self.ctx = cfg["max_position_embeddings"] if ctx is None else \
+            whole_number("ctx", ctx, 1, MAX_CONTEXT, "the longest context the engine takes")
         if threads is None:
-            threads = int(os.environ.get("BITNET_THREADS", 0)) or (os.cpu_count() or 1)
+            threads = _env_threads() or min(os.cpu_count() or 1, MAX_THREADS)   # a 384-core machine: the pool's most
+        threads = whole_number("threads", threads, 1, MAX_THREADS, "the number of CPU cores is a good choice",
+                               noun="thread count")
+        if isa is not None and not isinstance(isa, str):
+            raise ValueError(f"isa must be the name of a kernel path or None, not {isa!r}")
         isa = isa or os.environ.get(ISA_ENV) or None
         weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors), packing=ef.packing)
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
@@ -121,12 +163,13 @@ class Engine:
         top-p with the uniforms (R,) in [0, 1): ids (R,) int64 and their probabilities (R,) float64
         (_kernels/sample.c; decode/sampling.py Sampler._draw is the numpy reference; rows are left alone)."""
         x, u = np.ascontiguousarray(rows, dtype=np.float32), np.ascontiguousarray(uniforms, dtype=np.float64)
+        top_k = whole_number("top_k", top_k, 0, C_INT_MAX, "what a C int holds")
         with self._lock:  # as greedy_rows
-            return self._c.sample_rows(x, float(temperature), int(top_k), float(top_p), u, banned_array(banned))
+            return self._c.sample_rows(x, float(temperature), top_k, float(top_p), u, banned_array(banned))
 
     def forward(self, tokens, *, start: int | None = None, commit: bool = True, attention: str = "causal",
                 block_size: int = 0, kv_end: int | None = None, rows=None) -> np.ndarray:
-        toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64).reshape(-1))
+        toks = np.ascontiguousarray(_int64s(tokens, "token ids").reshape(-1))
         n = len(toks)
         if n == 0:
             raise ValueError("forward needs at least one token")
@@ -143,19 +186,25 @@ class Engine:
             raise ValueError(f"an uncommitted forward at {start} would overwrite committed positions (< {self.n_past})")
         if attention not in ("causal", "block"):
             raise ValueError(f"attention must be 'causal' or 'block', not {attention!r}")
-        if attention == "block" and block_size <= 0:
-            raise ValueError("block attention needs block_size > 0")
+        if attention == "block":
+            block_size = whole_number("block_size", block_size, 1, C_INT_MAX, "what a C int holds")
         kv_end = start + n if kv_end is None else int(kv_end)
         if kv_end < start + n or kv_end > self.ctx:
             raise ValueError(f"kv_end {kv_end} must lie in [{start + n}, {self.ctx}]")
-        rows = np.asarray([n - 1] if rows is None else list(rows), dtype=np.int32)
+        rows = _int64s([n - 1] if rows is None else list(rows), "logit rows")
         row_lo, row_hi = _min_max(rows) if len(rows) else (0, 0)
         if row_lo < 0 or row_hi >= n:
             raise ValueError(f"logit rows must lie in [0, {n})")
+        rows = rows.astype(np.int32)
         out = np.empty((len(rows), self.vocab_size), dtype=np.float32)
         with self._lock:
             self._c.forward(toks.astype(np.int32), start, kv_end, 1 if attention == "block" else 0,
-                            int(block_size), rows, out)
+                            block_size if attention == "block" else 0, rows, out)
+            if not np.isfinite(out).all():  # ~13 us per 128k-entry row: garbage never goes out quietly
+                self.n_past, self._written = min(self.n_past, start), min(self._written, start)
+                raise NonFiniteLogits(f"{self.file.path} is damaged: the engine computed logits that are not finite "
+                                      "numbers (NaN or infinity), so its weights hold values no real model has. "
+                                      "Convert the checkpoint again (download it again if that does not help).")
             if commit:
                 self.n_past = self._written = start + n
             elif start <= self._written:

@@ -8,8 +8,9 @@ check_meta(meta, where)                  the config (config_problem), the ternar
                                          layer reads
 config_problem(cfg) -> str | None        the hyper-parameters the engine runs on: positive whole numbers
                                          (not booleans, not 1.5), a finite positive rope_theta and
-                                         rms_norm_eps, heads that divide evenly, a known activation,
-                                         sub-norm and head flags, no rope scaling or a complete llama3 one
+                                         rms_norm_eps, each in the range a real model could have (REAL_RANGES),
+                                         heads that divide evenly, a known activation, sub-norm and head
+                                         flags, no rope scaling or a complete llama3 one
 
 Every failure is an EngineFileError naming the file and saying "convert the checkpoint again"; the
 converter uses config_problem too, so a checkpoint with such values is refused before conversion.
@@ -19,12 +20,28 @@ import math
 import numpy as np
 
 from .packing import PACKINGS
+from .rope import ROPE_SCALING_KEYS
 
 DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int32": np.int32, "float32": np.float32}
-INT_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "vocab_size", "max_position_embeddings")
-MAX_DIM = 1 << 24           # no dimension of a model this engine runs comes near 16 M
 MAX_CONTEXT = 1 << 20
+# The range a real model's value lies in (generous: the largest models are far inside), and BitNet b1.58 2B-4T's
+# own value for the message. A value outside is a damaged or hostile config (rms_norm_eps 2^31 makes every output
+# the same token), refused rather than run.
+REAL_RANGES = {
+    "hidden_size": (1, 1 << 16, 2560),            # Llama 3.1 405B: 16384
+    "intermediate_size": (1, 1 << 18, 6912),      # 405B: 53248
+    "num_hidden_layers": (1, 1024, 30),           # 405B: 126
+    "num_attention_heads": (1, 1024, 20),         # 405B: 128
+    "num_key_value_heads": (1, 1024, 5),
+    "head_dim": (1, 1024, 128),                   # 64 to 256 in practice
+    "vocab_size": (1, 1 << 22, 128256),           # Gemma: 262144
+    "max_position_embeddings": (1, MAX_CONTEXT, 4096),
+    "rope_theta": (1.0, 1e12, 500000.0),          # 1e4 to a few 1e9 (long-context fine-tunes)
+    "rms_norm_eps": (1e-12, 1e-2, 1e-05),         # 1e-5 or 1e-6 in practice
+}
+INT_KEYS = tuple(k for k, (lo, _, _) in REAL_RANGES.items() if isinstance(lo, int))
+ROPE_SCALING_RANGES = {"factor": 1024.0, "low_freq_factor": 1024.0, "high_freq_factor": 1024.0,
+                       "original_max_position_embeddings": float(MAX_CONTEXT)}  # llama3: 8, 1, 4, 8192
 ACTIVATIONS = ("relu2", "silu")
 
 
@@ -34,6 +51,11 @@ def _whole(x) -> bool:
 
 class EngineFileError(ValueError):
     """A file that is not a (current, intact) engine file: the message says what to do."""
+
+
+class NonFiniteLogits(EngineFileError):
+    """The engine computed NaN or infinite logits: the file's weights hold values no real model has (engine/runtime.py
+    stops the reply rather than sample from them)."""
 
 
 def _fail(where: str, what: str):
@@ -46,12 +68,16 @@ def config_problem(cfg) -> str | None:
         return "has no config object"
     for key in INT_KEYS:
         v = cfg.get(key)
-        if not _whole(v) or not 0 < v <= (MAX_CONTEXT if key == "max_position_embeddings" else MAX_DIM):
-            return f"has {key} = {v!r}, which is not a positive whole number in range"
+        if not _whole(v) or v <= 0:
+            return f"has {key} = {v!r}, which is not a positive whole number"
     for key in ("rope_theta", "rms_norm_eps"):
         v = cfg.get(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             return f"has {key} = {v!r}, which is not a finite positive number"
+    for key, (low, high, example) in REAL_RANGES.items():
+        if not low <= cfg[key] <= high:
+            return (f"has {key} = {cfg[key]!r}, outside the range a real model could have ({low:g} to {high:g}; "
+                    f"BitNet b1.58 2B-4T has {example:g})")
     h, g, hd, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["hidden_size"]
     if h * hd != d or h % g or hd % 2:
         return (f"has {h} heads x head_dim {hd} for hidden_size {d} with {g} KV heads (heads x head_dim must equal "
@@ -70,10 +96,14 @@ def rope_scaling_problem(rs) -> str | None:
         return None
     if not isinstance(rs, dict) or rs.get("rope_type") != "llama3":
         return f"has rope_scaling = {str(rs)[:120]}, which is not the llama3 rule (the only rope scaling supported)"
-    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+    for key in ROPE_SCALING_KEYS:
         v = rs.get(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             return f"has rope_scaling.{key} = {v!r}, which is not a finite positive number"
+        if v > ROPE_SCALING_RANGES[key]:
+            return (f"has rope_scaling.{key} = {v!r}, outside the range a real model could have (at most "
+                    f"{ROPE_SCALING_RANGES[key]:g}; Llama 3.1 has factor 8, low and high freq factors 1 and 4, "
+                    "original_max_position_embeddings 8192)")
     if rs["high_freq_factor"] <= rs["low_freq_factor"]:
         return (f"has rope_scaling high_freq_factor {rs['high_freq_factor']} <= low_freq_factor "
                 f"{rs['low_freq_factor']} (the llama3 rule divides by their difference)")

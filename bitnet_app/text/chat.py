@@ -4,6 +4,7 @@ A message is {"role": "system" | "user" | "assistant", "content": str}.
 
     ids = chat_prompt_ids(tokenizer, messages, template=meta.get("chat_template"))
     messages, dropped = trim_history(messages, lambda m: len(chat_prompt_ids(tok, m)), context, max_new)
+    check_template_syntax(template)   # at conversion: ChatTemplateError unless Jinja can parse it
 
 Templates come from downloaded checkpoints, so they are untrusted code: they render in Jinja's
 ImmutableSandboxedEnvironment (no attribute access to internals such as `__class__`, no mutation
@@ -19,7 +20,7 @@ import re
 import jinja2
 
 from .sandbox import LimitedEnvironment, render_limited
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, check_text
 
 RENDER_SECONDS = 2.0           # a real template renders in milliseconds
 MAX_RENDER_CHARS = 1 << 16     # template text beyond 4x what the messages bring (real ones add ~100 B a turn)
@@ -62,6 +63,22 @@ def _environment(max_chars: int) -> LimitedEnvironment:
     return env
 
 
+def check_template_syntax(template: str | None) -> None:
+    """Refuse a chat template Jinja cannot parse (parsed, never run: it runs only in render_chat), so a broken
+    one is refused when the checkpoint is converted rather than failing every chat later. None: no template."""
+    if template is None:
+        return
+    try:
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"the checkpoint's chat template is not valid Jinja (line {exc.lineno}: "
+                                f"{exc.message}). Fix chat_template in tokenizer_config.json (or chat_template.jinja), "
+                                "or download the checkpoint again.") from None
+    except RecursionError:
+        raise ChatTemplateError("the checkpoint's chat template nests too deeply to be parsed. Download the "
+                                "checkpoint again.") from None
+
+
 def check_messages(messages) -> list[dict]:
     """Validate and copy a message list (plain dicts of str, so the template sees no foreign objects)."""
     out = []
@@ -72,6 +89,7 @@ def check_messages(messages) -> list[dict]:
             raise ValueError(f"message {i} has role {m['role']!r}; expected one of {', '.join(ROLES)}")
         if not isinstance(m["content"], str):
             raise ValueError(f"message {i} content must be a string")
+        check_text(m["content"], f"message {i} ({m['role']})")
         out.append({"role": m["role"], "content": m["content"]})
     return out
 

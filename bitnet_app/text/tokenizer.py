@@ -5,6 +5,8 @@
     tok.decode(ids)                      # "<|begin_of_text|>Hello"
     detok = tok.detokenizer()            # streaming: push ids one at a time, get only finished text
     text = "".join(detok.push(i) for i in ids) + detok.flush()
+
+The checks the converter runs before a tokenizer is stored are in tokenizer_checks.py.
 """
 import tokenizers
 
@@ -17,17 +19,35 @@ class TokenizerError(ValueError):
     """The checkpoint has no usable tokenizer."""
 
 
-def _rust_call(what: str, fn, *args, **kwargs):
-    """fn(*args) of the Rust tokenizer, with its panics (pyo3's PanicException is a BaseException, so it
-    would pass every `except Exception`) and errors turned into TokenizerError."""
+def guarded(failure, fn, *args, **kwargs):
+    """fn(*args, **kwargs) of the Rust tokenizer, with its panics (pyo3's PanicException is a BaseException, so it
+    would pass every `except Exception`) and errors turned into the TokenizerError failure(exc) returns."""
     try:
         return fn(*args, **kwargs)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - PanicException and the plain Exceptions of tokenizers
-        raise TokenizerError(f"the model's tokenizer.json is broken: {what} failed ({type(exc).__name__}: "
-                             f"{str(exc)[:200]}). Download the checkpoint's tokenizer.json again and convert "
-                             "it again.") from None
+        raise failure(exc) from None
+
+
+def _rust_call(what: str, fn, *args, **kwargs):
+    """guarded(), for a tokenizer read from an engine file: a failure blames its tokenizer.json."""
+    return guarded(lambda exc: TokenizerError(f"the model's tokenizer.json is broken: {what} failed "
+                                              f"({type(exc).__name__}: {str(exc)[:200]}). Download the checkpoint's "
+                                              "tokenizer.json again and convert it again."), fn, *args, **kwargs)
+
+
+def check_text(text, what: str = "the text") -> None:
+    """ValueError unless `text` is a str that UTF-8 can encode: a prompt read from bytes that were not UTF-8 (a
+    terminal in another encoding; Python keeps such bytes as lone surrogates) is the input's fault, and is said so
+    here rather than blamed on the model's tokenizer."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a str, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid UTF-8: character {exc.start} ({text[exc.start]!r}) stands for a byte "
+                         "that is no character (a prompt in another encoding?). Give the text as UTF-8.") from None
 
 
 def _token_content(value) -> str | None:
@@ -85,6 +105,7 @@ class Tokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        check_text(text)
         ids = _rust_call("encoding", self._tok.encode, text, add_special_tokens=add_special_tokens).ids
         if add_special_tokens:
             ids = self._with_bos(ids)
@@ -98,6 +119,7 @@ class Tokenizer:
     def encode_plain(self, text: str) -> list[int]:
         """text -> ids with special tokens' text read as plain text ("<|eot_id|>" becomes ordinary
         pieces, never the special id) and no post-processing (no BOS)."""
+        check_text(text)
         if not text:
             return []
         if self._plain is None:

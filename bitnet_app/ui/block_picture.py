@@ -1,24 +1,41 @@
-"""The live picture of a diffusion block: mask slots as placeholders, filled slots, the newest highlighted.
+"""The pictures of block diffusion: the live block as it fills, and the finished reply tinted by step.
 
 A frame is plain data kept in the chat history for the replay:
-    {"start": absolute position of the block, "slots": [text, or None for a mask], "new": [slot indices],
+    {"start": absolute position of the block, "block": its number in the reply (1, 2, ...),
+     "slots": [text, or None for a slot still open], "new": [slot indices],
      "given": [slot indices known before the block's first step: the prompt's tail or the carried token]}
+The finished picture is the reply's tokens, each with the step that settled it: [[text, step], ...].
 """
 import html
 
 MAX_FRAMES = 600  # frames kept per reply for the replay (a long reply keeps its first ones)
+PREFILL_COLOUR = "#f3f4f6"  # a token the prompt's own pass predicted (the prompt ended on a block boundary)
+# one soft colour per step, in turn: neighbouring steps always differ
+STEP_COLOURS = ("#dbeafe", "#fde68a", "#d1fae5", "#fbcfe8", "#e0e7ff", "#fed7aa", "#ccfbf1", "#ede9fe")
 
 
 def frame_from_step(step, token_text, previous: dict | None = None) -> dict:
     """A Step event -> frame; token_text(id) gives the text of one token (the model's tokenizer);
-    previous: the frame before it, to carry which slots were given rather than generated."""
+    previous: the frame before it, to carry which slots were given rather than generated, and the block number."""
     slots = [None if int(t) == int(step.mask_id) else token_text(int(t)) for t in step.block]
     new = [int(i) for i in step.filled]
-    if previous is not None and previous["start"] == int(step.block_start):
+    same_block = previous is not None and previous["start"] == int(step.block_start)
+    if same_block:
         given = previous.get("given", [])
     else:
         given = [i for i, t in enumerate(slots) if t is not None and i not in new]
-    return {"start": int(step.block_start), "slots": slots, "new": new, "given": given}
+    number = previous.get("block", 1) + (0 if same_block else 1) if previous is not None else 1
+    return {"start": int(step.block_start), "block": number, "slots": slots, "new": new, "given": given}
+
+
+def cut_at(frame: dict, end: int) -> None:
+    """Drop the frame's slots at absolute positions >= end (the reply's end: its stop token and the drafts after
+    it are not part of the reply, so no picture shows them)."""
+    keep = max(end - frame["start"], 0)
+    if keep < len(frame["slots"]):
+        frame["slots"] = frame["slots"][:keep]
+        frame["new"] = [i for i in frame["new"] if i < keep]
+        frame["given"] = [i for i in frame.get("given", []) if i < keep]
 
 
 def _slot_label(text: str) -> str:
@@ -28,7 +45,14 @@ def _slot_label(text: str) -> str:
     return html.escape(shown)
 
 
-def render(frame: dict, *, caption: str = "") -> str:
+LEGEND = ('<div class="legend"><span class="slot given">tok</span> from the prompt &nbsp; '
+          '<span class="slot mask">·</span> still open &nbsp; '
+          '<span class="slot fill">tok</span> filled &nbsp; <span class="slot new">tok</span> filled by '
+          'this step</div>')
+
+
+def render(frame: dict, *, caption: str = "", live: bool = False) -> str:
+    """The block as HTML; live: the picture of a reply being written (the page keeps it in view)."""
     new, given = set(frame["new"]), set(frame.get("given", []))
     parts = []
     for i, text in enumerate(frame["slots"]):
@@ -39,10 +63,48 @@ def render(frame: dict, *, caption: str = "") -> str:
             parts.append(f'<span class="slot {cls}">{_slot_label(text)}</span>')
     open_slots = len(frame["slots"]) - len(given)
     filled = sum(t is not None for t in frame["slots"]) - len(given)
-    head = (f"Block at position {frame['start']} · {filled}/{open_slots} slots filled"
+    head = (f"Block {frame.get('block', 1)} of the reply · {filled} of {open_slots} places filled"
             + (f" · {html.escape(caption)}" if caption else ""))
-    legend = ('<div class="legend"><span class="slot given">tok</span> given &nbsp; '
-              '<span class="slot mask">·</span> still masked &nbsp; '
-              '<span class="slot fill">tok</span> filled &nbsp; <span class="slot new">tok</span> filled by '
-              'this step</div>')
-    return f'<div class="bp"><div class="bp-head">{head}</div><div class="bp-slots">{"".join(parts)}</div>{legend}</div>'
+    cls = "bp live" if live else "bp"
+    slots = "".join(parts)
+    return f'<div class="{cls}"><div class="bp-head">{head}</div><div class="bp-slots">{slots}</div>{LEGEND}</div>'
+
+
+def _token_html(text: str) -> str:
+    """One token of the finished picture: its text, a line break shown as ↵ (the picture flows on, compact)."""
+    return html.escape(text).replace("\n", '<span class="nl">↵</span> ')
+
+
+def what_diffusion_does(block_size: int) -> str:
+    """Block diffusion in one sentence for people who are not engineers."""
+    return (f"Block diffusion writes {block_size} tokens at a time: at each step the model looks over the whole "
+            f"block and fills in every token it is sure of, so easy stretches (a count, a times table) come out "
+            f"several tokens per step.")
+
+
+def steps_and_forwards(stats: dict) -> str:
+    """Steps and forwards told apart, once, in plain words."""
+    steps, forwards, tokens = int(stats.get("steps", 0)), int(stats.get("forwards", 0)), int(stats.get("tokens", 0))
+    per_step = f" ({tokens / steps:.1f} per step)" if steps else ""
+    line = f"Each colour is one step: {tokens} tokens took {steps} steps{per_step}."
+    if forwards > steps:
+        line += (f" A forward is any pass of the model: {forwards} in all, the {steps} steps plus {forwards - steps} "
+                 f"that read the prompt and store each finished block.")
+    return line
+
+
+def _colour(step: int) -> str:
+    return STEP_COLOURS[(step - 1) % len(STEP_COLOURS)] if step > 0 else PREFILL_COLOUR
+
+
+def _step_name(step: int) -> str:
+    return f"step {step}" if step > 0 else "predicted with the prompt, before the first step"
+
+
+def render_settled(by_step: list, stats: dict, block_size: int) -> str:
+    """The finished reply, each token tinted by the step that settled it, with what it shows in words."""
+    spans = "".join(f'<span class="tok" style="background:{_colour(int(s))}" title="{_step_name(int(s))}">'
+                    f'{_token_html(t)}</span>' for t, s in by_step if t)
+    notes = f"{what_diffusion_does(block_size)} {steps_and_forwards(stats)}"
+    return (f'<div class="bp-final"><div class="bp-head">How block diffusion wrote this reply</div>'
+            f'<div class="bp-text">{spans}</div><div class="legend">{html.escape(notes)}</div></div>')

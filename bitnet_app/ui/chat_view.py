@@ -4,7 +4,7 @@ import time
 import streamlit as st
 
 from ..decode.context import ContextOverflow
-from . import block_picture, reply, state, suggestions
+from . import block_picture, reply, state, suggestions, timing
 
 
 def _ask(text: str) -> None:
@@ -52,7 +52,7 @@ def _replay(index: int, msg: dict, busy: bool) -> None:
             left, right = st.columns([4, 1], vertical_alignment="bottom")
             with left:
                 k = st.slider("Step", 1, n, key=key, disabled=busy or bool(playing),
-                              help="Move through the forwards of this reply: each one fills some masked slots.")
+                              help="Move through the steps of this reply: each one fills some open places of a block.")
             with right:
                 st.button("Stop" if playing else "Play", key=f"play_{key}", on_click=_play, args=(key,),
                           icon=":material/stop:" if playing else ":material/play_arrow:", width="stretch",
@@ -82,9 +82,10 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
             reply.draw_stored(m)
             if m.get("steps"):
                 _replay(i, m, busy)
+            actions = st.empty()  # always drawn: while a reply streams, no stale Regenerate stays on an older one
             if i == len(msgs) - 1 and not busy:
-                st.button("Regenerate", on_click=_regenerate, icon=":material/refresh:", type="tertiary",
-                          key="regenerate", help="Drop this reply and write a new one for the same question.")
+                actions.button("Regenerate", on_click=_regenerate, icon=":material/refresh:", type="tertiary",
+                               key="regenerate", help="Drop this reply and write a new one for the same question.")
 
 
 def _conversation(model) -> list[dict]:
@@ -97,19 +98,21 @@ def _conversation(model) -> list[dict]:
 
 
 def _generate(loaded) -> None:
-    """Stream one reply for the last user message. Runs while every control is drawn disabled."""
+    """Stream one reply for the last user message (drawn where the history will show it), then time it again off
+    screen when it was too short to time once (timing.py). Runs while every control is drawn disabled."""
     model = loaded.model
     record, messages = state.run(), st.session_state.messages  # plain objects: usable after a Stop
     convo = _conversation(model)
-    params = state.decode_params()
-    msg = reply.new_message(params["mode"])
+    params = state.decode_params(model, seeded=True)  # seeded: a re-timed run writes the same reply
+    pacer = reply.Pacer(state.slow_motion_rate())
+    msg, view, work = reply.new_message(params.mode), None, reply.Work()
     with st.chat_message("assistant"):
         if not loaded.lock.acquire(blocking=False):
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")
             state.finish(record)
             return
         try:
-            kept, dropped = model.trim_history(convo, params["max_new_tokens"])
+            kept, dropped = model.trim_history(convo, params.max_new_tokens)
             if dropped:
                 msg["trimmed"] = dropped
                 msg["trim_notice"] = (f"The conversation is longer than the model's context ({model.context_length} "
@@ -117,22 +120,32 @@ def _generate(loaded) -> None:
                 st.info(msg["trim_notice"], icon=":material/content_cut:")
             messages.append(msg)
             ids = model.chat_ids(kept)
-            view = reply.ReplyView(msg, model, show_picture=params["mode"] == "diffusion",
-                                   pause_s=reply.SLOW_MOTION_S if st.session_state.slow_motion else 0.0)
-            events = model.generate(ids, **params)
+            view = reply.ReplyView(msg, model, prompt_tokens=len(ids), show_picture=params.mode == "diffusion",
+                                   paced=pacer.on)
+            events = model.generate(ids, params)
             try:
-                for ev in events:
-                    view.apply(ev)  # each redraw hands control back to Streamlit (Stop lands here)
+                for beat in reply.beats(work.timed(events), params.mode):
+                    for ev in beat:
+                        view.apply(ev)
+                    view.draw()  # each redraw hands control back to Streamlit (Stop lands here)
+                    pacer.wait()
             finally:
                 events.close()
+            if timing.too_short(msg["stats"]):
+                view.note("timing it again off screen…")
+                job = timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))
+                runs = timing.time_again({"reply": job}, timing.runs_for(msg["stats"]["total_s"]))
+                msg["timing"] = timing.spread([s["tok_s"] for s in runs["reply"]])
         except ContextOverflow as exc:
             msg["error"] = (f"This message is too long for the model ({exc.prompt_tokens} tokens, the context "
                             f"holds {exc.context}). Shorten it, lower “max new tokens”, or clear the chat.")
         except Exception as exc:  # noqa: BLE001 - shown in the chat, the app keeps running
-            msg["error"] = f"The reply failed: {exc}"
+            msg["error"] = reply.failure_text("The reply", exc, partial=bool(msg["content"]))
         finally:  # also after Stop: no session-state access here, only the objects fetched above
             if not msg["done"]:
                 msg["stopped"] = not msg.get("error")  # an interrupted reply is kept, marked stopped
+                if msg["stopped"] and view is not None:
+                    view.stopped(work)  # with the figures of what it wrote
             if not any(m is msg for m in messages):
                 messages.append(msg)
             loaded.lock.release()
@@ -146,5 +159,6 @@ def draw(loaded, prompts: list[tuple[str, str]]) -> None:
     _history(busy, prompts)
     st.chat_input("Message the model…", key="chat_prompt", submit_mode="stop", on_submit=_submit)
     if busy:
-        state.resume_watch()
+        with st.sidebar:  # not in the page's flow: the reply streams where the history will show it
+            state.resume_watch()
         _generate(loaded)

@@ -1,14 +1,16 @@
-"""AR and block diffusion on one prompt, side by side, decoded alternately in one loop (fair timings)."""
+"""AR and block diffusion on one prompt, side by side: one beat of each in turn in one loop (fair timings, and in
+Slow motion both sides move in step), then, for short replies, both timed again off screen in turn."""
 import difflib
 
 import streamlit as st
 
-from . import reply, state, suggestions
-from .stats import MODE_LABELS
+from . import block_picture, reply, state, suggestions, timing
+from .stats import MODE_LABELS, rate
 
 MODES = ("ar", "diffusion")
-TPF_NOTE = ("**Tokens per forward**: how many tokens one pass of the model settles on average. Autoregressive: "
-            "always 1; block diffusion: every slot it is sure enough of, so more per pass means fewer passes.")
+TPS_NOTE = ("**Tokens per step**: how many tokens one step (one pass of the model that fills slots) settles on "
+            "average. Autoregressive: always 1; block diffusion: every slot it is sure enough of, so more per step "
+            "means fewer steps, and each step costs more than an AR token: the sentence above weighs the two.")
 
 
 def _ask(text: str) -> None:
@@ -20,29 +22,55 @@ def _submit() -> None:
     _ask(st.session_state.get("compare_prompt") or "")
 
 
-def summary(ar: dict, diff: dict) -> dict:
-    """Speedup of diffusion over AR, tokens per forward of each, and whether the texts agree."""
-    sa, sd = ar.get("stats") or {}, diff.get("stats") or {}
-    out = {"speedup": None, "ar_tpf": sa.get("tokens_per_forward"), "diffusion_tpf": sd.get("tokens_per_forward"),
-           "identical": ar.get("content", "") == diff.get("content", ""),
-           "similarity": difflib.SequenceMatcher(None, ar.get("content", ""), diff.get("content", "")).ratio()}
-    if sa.get("tok_s") and sd.get("tok_s"):
-        out["speedup"] = float(sd["tok_s"]) / float(sa["tok_s"])
-    return out
+def summary(ar: dict, diff: dict, timed: dict | None = None) -> dict:
+    """Speed-up of diffusion over AR, its tokens per step and what a step costs in AR tokens (timing.pair; from
+    `timed`, the median pair of the runs timed again, when there is one), and whether the texts agree."""
+    figures = timed or timing.pair(ar.get("stats") or {}, diff.get("stats") or {})
+    sd = diff.get("stats") or {}
+    return {"speedup": figures["speedup"], "tokens_per_step": figures["tokens_per_step"],
+            "step_in_ar_tokens": figures["step_in_ar_tokens"], "low": figures.get("low"),
+            "high": figures.get("high"), "runs": figures.get("runs", 1), "diffusion_tpf": sd.get("tokens_per_forward"),
+            "identical": ar.get("content", "") == diff.get("content", ""),
+            "similarity": difflib.SequenceMatcher(None, ar.get("content", ""), diff.get("content", "")).ratio()}
+
+
+def why(s: dict) -> str:
+    """One plain sentence: why diffusion won or lost (tokens per step against a step's cost in AR tokens)."""
+    x, tps, cost = s["speedup"], s["tokens_per_step"], s["step_in_ar_tokens"]
+    if x is None or tps is None or cost is None:
+        return ""
+    if x >= 1.05:
+        verdict = f"Block diffusion was {x:.2f}× as fast as AR"
+    elif x > 0.95:
+        verdict = f"Block diffusion was about as fast as AR ({x:.2f}×)"
+    else:
+        verdict = f"Block diffusion was slower than AR ({x:.2f}×)"
+    link = "and" if x >= 1.05 else "but"
+    return (f"{verdict}: each of its steps settled {tps:.1f} tokens on average, {link} a step took as long as "
+            f"{cost:.1f} AR tokens here ({tps:.1f} / {cost:.1f} = {x:.2f}).")
 
 
 def _draw_summary(result: dict) -> None:
-    s = summary(result["ar"], result["diffusion"])
+    s = summary(result["ar"], result["diffusion"], result.get("timing"))
     c1, c2, c3 = st.columns(3)
+    spread = (f"; median of {s['runs']} runs each, timed off screen in turn: {s['low']:.2f}–{s['high']:.2f}×"
+              if result.get("timing") and s["low"] is not None else "")
     c1.metric("Diffusion speed vs AR", f"{s['speedup']:.2f}×" if s["speedup"] else "–", border=True,
-              help="Diffusion tokens per second divided by AR tokens per second, measured inside each decoder.")
-    tpf = f"{s['diffusion_tpf']:.2f}" if s["diffusion_tpf"] is not None else "–"
-    c2.metric("Tokens per forward (diffusion)", tpf, border=True,
-              help="How many tokens each diffusion forward produced on average; AR always makes 1.")
+              help="Diffusion tokens per second divided by AR tokens per second, measured inside each decoder"
+                   + spread + ".")
+    tps = f"{s['tokens_per_step']:.2f}" if s["tokens_per_step"] is not None else "–"
+    c2.metric("Tokens per step (diffusion)", tps, border=True,
+              help="How many tokens each diffusion step settled on average; AR always makes 1.")
     agree = "identical" if s["identical"] else f"{s['similarity']:.0%} similar"
     c3.metric("Do the texts agree?", agree, border=True,
               help="Greedy decoding (temperature 0) makes the two modes most comparable.")
-    st.caption(TPF_NOTE)
+    sentence = why(s)
+    if sentence:
+        st.markdown(f"**{sentence}**")
+    if result.get("timing") and s["low"] is not None:
+        st.caption(f"Short replies are timed again off screen: {s['runs']} runs of each mode, in turn; the figures "
+                   f"are the median run's (speed-up {s['low']:.2f}–{s['high']:.2f}× over the runs).")
+    st.caption(TPS_NOTE)
 
 
 def _columns():
@@ -57,17 +85,51 @@ def _columns():
     return boxes
 
 
+def _stream(views: dict, events: dict, works: dict, pacer) -> None:
+    """One beat of each side in turn until both are done (in Slow motion a pause after each round)."""
+    streams = {mode: reply.beats(works[mode].timed(events[mode]), mode) for mode in MODES}
+    while streams:
+        for mode in list(streams):
+            beat = next(streams[mode], None)
+            if beat is None:
+                del streams[mode]
+                continue
+            for ev in beat:
+                views[mode].apply(ev)
+            views[mode].draw()
+        pacer.wait()
+
+
+def _time_again(result: dict, engines: dict, ids: list, params: dict, views: dict) -> None:
+    """Both replies run again off screen, in turn, when either was too short to time once: the median and spread
+    of each one's tok/s, and the median pair (timing.median_pair) for the summary."""
+    if not all(result[m]["done"] for m in MODES) or not any(timing.too_short(result[m]["stats"]) for m in MODES):
+        return
+    for mode in MODES:
+        views[mode].note("timing it again off screen…")
+    jobs = {mode: timing.Job(engines[mode].model, ids, params[mode]) for mode in MODES}  # both cold, as they ran
+    runs = timing.time_again(jobs, timing.runs_for(max(result[m]["stats"]["total_s"] for m in MODES)))
+    for mode in MODES:
+        result[mode]["timing"] = timing.spread([s["tok_s"] for s in runs[mode]])
+    result["timing"] = timing.median_pair(runs["ar"], runs["diffusion"])
+
+
 def _run(loaded, second, prompt: str) -> None:
+    """Both decoders on `prompt`, drawn where the finished result will be (the same columns)."""
     ss = st.session_state
     model = loaded.model
     record = state.run()  # a plain dict: usable in the finally after a Stop
     result = {"prompt": prompt, "ar": reply.new_message("ar"), "diffusion": reply.new_message("diffusion")}
     ss.compare = result
     system_prompt = state.system_prompt(model)
-    params = {mode: state.decode_params(mode) for mode in MODES}
+    st.markdown(f"**Prompt:** {prompt}")
     boxes = _columns()
+    st.empty()  # where the finished run draws its summary: the last run's summary is replaced now, not left stale
     views, events = {}, {}
+    works = {mode: reply.Work() for mode in MODES}
     engines = {"ar": loaded, "diffusion": second}
+    params = {mode: state.decode_params(engines[mode].model, mode, seeded=True) for mode in MODES}
+    pacer = reply.Pacer(state.slow_motion_rate())
     if not loaded.lock.acquire(blocking=False):
         st.warning("The model is busy with a reply in another tab. Try again when it is done.")
         state.finish(record)
@@ -79,29 +141,43 @@ def _run(loaded, second, prompt: str) -> None:
         for mode in MODES:
             with boxes[mode]:
                 with st.chat_message("assistant"):
-                    views[mode] = reply.ReplyView(result[mode], engines[mode].model, show_picture=mode == "diffusion")
-            events[mode] = engines[mode].model.generate(ids, **params[mode])
-        active = list(MODES)
-        while active:  # one loop, one event from each decoder in turn
-            for mode in list(active):
-                try:
-                    ev = next(events[mode])
-                except StopIteration:
-                    active.remove(mode)
-                    continue
-                views[mode].apply(ev)
+                    views[mode] = reply.ReplyView(result[mode], engines[mode].model, prompt_tokens=len(ids),
+                                                  show_picture=mode == "diffusion", paced=pacer.on)
+            engines[mode].model.forget_cache()  # both start cold (diffusion always does): the same prefill work
+            events[mode] = engines[mode].model.generate(ids, params[mode])
+        _stream(views, events, works, pacer)
+        _time_again(result, engines, ids, params, views)
     except Exception as exc:  # noqa: BLE001
-        result["error"] = f"The compare run failed: {exc}"
+        result["error"] = reply.failure_text("The compare run", exc,
+                                             partial=any(result[mode]["content"] for mode in MODES))
     finally:
         for mode in MODES:
             if mode in events:
                 events[mode].close()
             if not result[mode]["done"]:
                 result[mode]["stopped"] = not result.get("error")
+                if result[mode]["stopped"] and mode in views:
+                    views[mode].stopped(works[mode])  # with the figures of what it wrote
         second.lock.release()
         loaded.lock.release()
         state.finish(record)
     st.rerun()
+
+
+def _draw_result(result: dict) -> None:
+    """The finished run, in the places the run that streamed it drew (_run): the prompt, the columns, then one
+    place for what only a finished run has (an error, the summary)."""
+    st.markdown(f"**Prompt:** {result['prompt']}")
+    boxes = _columns()
+    for mode in MODES:
+        with boxes[mode]:
+            with st.chat_message("assistant"):
+                reply.draw_stored(result[mode])
+    with st.container():
+        if result.get("error"):
+            st.error(result["error"], icon=":material/error:")
+        if result["ar"].get("stats") and result["diffusion"].get("stats"):
+            _draw_summary(result)
 
 
 def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
@@ -109,32 +185,32 @@ def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
     ss = st.session_state
     model = loaded.model
     st.markdown("#### Compare: autoregressive vs block diffusion")
-    st.caption("One prompt, both decoders, one event from each in turn on the same CPU, so the speed figures are "
-               "fair. The sidebar settings apply to both; temperature 0 makes the texts most comparable.")
+    block = int(ss.get("block_size") or model.diffusion_defaults["block_size"])
+    st.caption("One prompt, both decoders, one step of each in turn on the same CPU, so the speed figures are fair "
+               f"(Slow motion moves both sides in step). {block_picture.what_diffusion_does(block)} The sidebar "
+               "settings apply to both; temperature 0 makes the texts most comparable.")
     if not model.trained_for_diffusion:
         st.info("This checkpoint was not trained for block diffusion, so diffusion mode falls back to filling "
-                "the leftmost slot each step: expect about one token per forward, AR speed and AR text.",
+                "the leftmost slot each step: expect about one token per step, AR speed and AR text.",
                 icon=":material/info:")
     busy = state.busy("compare")
     st.chat_input("A prompt to run both ways…", key="compare_prompt", submit_mode="stop", on_submit=_submit)
+    # Two places, each drawn in every run: in the browser an element stays on screen until a run replaces it (a
+    # block sent again keeps its old children until they are replaced), so the run that streams leaves `examples`
+    # empty (no stale suggestion among the replies) and streams in `body`, where the finished result is then drawn
+    # in place (not a second time beside it); _run and _draw_result draw the same places in it.
+    examples, body = st.empty(), st.empty()
     if busy:
-        state.resume_watch()
-        prompt = state.run()["job"]["prompt"]
-        st.markdown(f"**Prompt:** {prompt}")
-        _run(loaded, load_second(), prompt)
+        with st.sidebar:  # not in the page's flow: the replies stream where the result will show them
+            state.resume_watch()
+        with body.container():
+            _run(loaded, load_second(), state.run()["job"]["prompt"])
         return
     result = ss.compare
     if not result:
-        st.markdown("Type a prompt below to start, or pick one:")
-        suggestions.draw(prompts, _ask, "compare_example", view="compare")
+        with examples.container():
+            st.markdown("Type a prompt below to start, or pick one:")
+            suggestions.draw(prompts, _ask, "compare_example", view="compare")
         return
-    st.markdown(f"**Prompt:** {result['prompt']}")
-    if result.get("error"):
-        st.error(result["error"], icon=":material/error:")
-    boxes = _columns()
-    for mode in MODES:
-        with boxes[mode]:
-            with st.chat_message("assistant"):
-                reply.draw_stored(result[mode])
-    if result["ar"].get("stats") and result["diffusion"].get("stats"):
-        _draw_summary(result)
+    with body.container():
+        _draw_result(result)

@@ -2,6 +2,7 @@
 import json
 import time
 
+from .reply import markdown_text
 from .stats import text_line
 
 
@@ -11,14 +12,14 @@ def to_markdown(messages: list[dict], *, system_prompt: str, model: str) -> str:
         lines += ["**System prompt:** " + system_prompt.strip(), ""]
     for m in messages:
         who = "You" if m["role"] == "user" else "Assistant"
-        lines += [f"### {who}", "", m.get("content", ""), ""]
+        lines += [f"### {who}", "", markdown_text(m.get("content", "")), ""]  # its line breaks kept
         if m["role"] == "assistant":
             lines += [f"_{text_line(m)}_", ""]
     return "\n".join(lines)
 
 
 def to_json(messages: list[dict], *, system_prompt: str, model: str, settings: dict) -> str:
-    keep = ("role", "content", "mode", "stats", "stop_reason", "stopped", "trimmed", "error")
+    keep = ("role", "content", "mode", "stats", "timing", "stop_reason", "stopped", "trimmed", "error")
     return json.dumps({"model": model, "exported": time.strftime("%Y-%m-%dT%H:%M:%S"),
                        "system_prompt": system_prompt, "settings": settings,
                        "messages": [{k: m[k] for k in keep if k in m} for m in messages]},

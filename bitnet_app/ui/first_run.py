@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 from . import jobs
-from .sources import CUSTOM_LABEL, DEMO_LABEL, demo_available, demo_description
+from .model_choices import CUSTOM_LABEL, DEMO_LABEL, demo_available
 
 RETRIED = "retried"  # session-state key: {"label": the model retried, "at": "HH:MM:SS"} after a Retry button
 
@@ -95,7 +95,7 @@ def show_fallback(failure, wanted_label: str, busy: bool) -> None:
     reason = FALLBACK_REASONS.get(failure.kind, FALLBACK_REASONS["network"])
     with st.container(border=True, key="fallback_notice"):
         st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The bundled demo model is shown "
-                   f"instead. {demo_description()}", icon=":material/cloud_off:")
+                   f"instead (the sidebar says what it is).", icon=":material/cloud_off:")
         _retry_note(wanted_label, "still out of reach, so the demo model stays.")
         row = st.container(horizontal=True, vertical_alignment="center")
         row.button("Retry the download", on_click=_retry, args=(wanted_label,), icon=":material/refresh:",

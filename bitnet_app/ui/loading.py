@@ -12,7 +12,7 @@ import streamlit as st
 from .. import source as model_source
 from ..units import format_bytes
 from . import jobs
-from .sources import Source, demo_available, demo_source
+from .model_choices import Source, demo_available, demo_source
 
 POLL_S = 0.25
 
@@ -87,9 +87,8 @@ def ensure_model_or_demo(source: Source, threads: int) -> tuple[Loaded, LoadFail
     every rerun: it stays failed (and the demo model stays open) until Retry forgets it."""
     if source.kind != "hub" or not demo_available():
         return ensure_model(source, threads), None
-    job = jobs.failed(_prepare_key(source))
-    failure = _failure(job) if job is not None else None
-    if failure is None or failure.kind not in model_source.UNREACHABLE:
+    failure = demo_stands_in(source)
+    if failure is None:
         try:
             return ensure_model(source, threads, clear_on=model_source.UNREACHABLE), None
         except LoadFailure as exc:
@@ -97,6 +96,16 @@ def ensure_model_or_demo(source: Source, threads: int) -> tuple[Loaded, LoadFail
                 raise
             failure = exc
     return ensure_model(demo_source(), threads, announce=False), failure  # the notice says why
+
+
+def demo_stands_in(source: Source | None) -> LoadFailure | None:
+    """Why the bundled demo model runs in place of `source`: an earlier run found its Hub repo out of reach (the
+    failure stays until Retry forgets it); None when it does not (yet)."""
+    if source is None or source.kind != "hub" or not demo_available():
+        return None
+    job = jobs.failed(_prepare_key(source))
+    failure = _failure(job) if job is not None else None
+    return failure if failure is not None and failure.kind in model_source.UNREACHABLE else None
 
 
 def _ensure(source: Source, threads: int, work: list) -> Loaded:

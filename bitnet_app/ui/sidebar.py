@@ -8,10 +8,9 @@ import os
 import streamlit as st
 
 from .. import catalog
-from ..params import KNOBS, MODES
+from ..params import KNOBS, problem, sidebar_knobs
 from ..units import format_bytes
-from . import export, sources, state
-from .stats import MODE_LABELS
+from . import export, loading, model_choices, state
 
 def _clear_chat() -> None:
     st.session_state.messages = []
@@ -30,40 +29,49 @@ def _threads() -> int:
     return int(st.session_state.get("threads") or 0) or (os.cpu_count() or 1)
 
 
-def catalog_table(roof_gb_s: float | None) -> str:
+def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
     """Markdown: every model the picker knows by name, with what it needs on this computer (one line each: the
-    sidebar is too narrow for a table)."""
-    free = catalog.available_ram()
-    rows = []
+    sidebar is too narrow for a table); free: the memory free now (catalog.available_ram() when not given)."""
+    free = catalog.available_ram() if free is None else free
+    rows, warned = [], False
     for e in catalog.ENTRIES.values():
         n = catalog.needs(e, roof_gb_s)
-        mem = f"{format_bytes(n.memory_bytes)} memory" + (" ⚠" if free and n.memory_bytes > free else "")
+        over = bool(free) and n.memory_bytes > free
+        warned = warned or over
+        mem = f"{format_bytes(n.memory_bytes)} memory" + (" ⚠" if over else "")
         speed = f" · ≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else ""
         base = " (base model)" if not e.chat else ""
         rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
     note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
             f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 70-80% of it." if roof_gb_s else
             "The read roof could not be measured, so no speeds are shown.")
-    warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if free else ""
+    warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if warned else ""  # only with a ⚠ row
     return "\n".join(rows) + "\n\n" + note + warn
 
 
 def model_picker(busy: bool):
-    """The model choice (drawn before loading, so a failed load can still be switched).
-    Returns (the chosen Source or None, a placeholder under the picker for describe_running)."""
+    """The model choice (drawn before loading, so a failed load can still be switched): known models with their
+    download size, and, when the bundled demo model runs in place of the chosen Hub model (out of reach, found by an
+    earlier run), the demo model named as the choice shown. Returns (the chosen Source or None, a placeholder under
+    the picker for describe_running, whether the picker names the demo model standing in)."""
+    ss = st.session_state
     with st.sidebar:
         st.markdown("## BitNet chat")
         st.caption("1.58-bit language models, on your CPU.")
-        options = sources.choices()
-        if st.session_state.get("model_choice") not in options:
-            state.put("model_choice", sources.default_choice() if sources.default_choice() in options
+        options = model_choices.choices()
+        if ss.get("model_choice") not in options:
+            state.put("model_choice", model_choices.default_choice() if model_choices.default_choice() in options
                       else options[0])
+        chosen = ss.model_choice
+        stand_in = chosen != model_choices.CUSTOM_LABEL and \
+            loading.demo_stands_in(model_choices.resolve(chosen)) is not None
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
-                             help="A Hugging Face repo (downloaded and converted once), the bundled demo model, "
-                                  "or a checkpoint folder on this computer.")
+                             format_func=lambda o: model_choices.picker_label(o, chosen if stand_in else None),
+                             help="A Hugging Face repo (downloaded and converted once; its download size shown), "
+                                  "the bundled demo model, or a checkpoint folder on this computer.")
         about = st.empty()  # filled once the model runs: the chosen one, or the demo model standing in for it
         custom = ""
-        if label == sources.CUSTOM_LABEL:
+        if label == model_choices.CUSTOM_LABEL:
             custom = st.text_input("Hub repo id or folder", key="custom_source", disabled=busy,
                                    placeholder="owner/name or /path/to/checkpoint",
                                    help="Any BitNet b1.58 checkpoint: a Hub repo id, or a local folder with "
@@ -77,52 +85,54 @@ def model_picker(busy: bool):
                      help="How the engine keeps the conversation's keys and values: fp16, or int8 with a scale "
                           "per head and position (half the bytes: faster deep into a long conversation, logits "
                           "within ~1% of fp16's). Changing it reloads the model.")
-        source = sources.resolve(label, custom)
+        source = model_choices.resolve(label, custom)
         roof = read_roof(_threads())
         if source is not None:
-            about.caption(sources.describe(source, roof))  # until a model runs (describe_running)
+            about.caption(model_choices.describe(source, roof))  # until a model runs (describe_running)
         with st.expander("What each model needs here", icon=":material/speed:"):
             st.markdown(catalog_table(roof))
-        return source, about
+        return source, about, stand_in
 
 
 def describe_running(about, running, wanted, model) -> None:
     """Under the picker: the model that is actually running (`running`, a Source), and when the demo model
     stands in for the chosen one, which (`wanted`, a Source, else None)."""
     params = _count(int(model.info()["parameters"]))
-    name = "the bundled demo model" if running.label == sources.DEMO_LABEL else f"**{running.label}**"
-    lines = [f"Running {name} · {params} parameters", sources.describe(running, read_roof(_threads()))]
+    name = "the bundled demo model" if running.label == model_choices.DEMO_LABEL else f"**{running.label}**"
+    lines = [f"Running {name} · {params} parameters", model_choices.describe(running, read_roof(_threads()))]
     if wanted is not None:
         lines.insert(1, f"(instead of {wanted.label}, which could not be downloaded)")
     about.caption("  \n".join(lines))
 
 
+# sidebar section (bitnet_app/params.py SECTIONS) -> the expander it is drawn in: title, icon
+EXPANDERS = {"sampling": ("Sampling", ":material/tune:"), "diffusion": ("Block diffusion", ":material/grid_view:")}
+
+
 def settings(model, busy: bool) -> None:
+    """The decode settings: every knob that params.py places on the sidebar, section by section."""
     ss = st.session_state
+    limits = {"max_new_tokens": dict(high=max(1, model.context_length - 1))}  # what only the model knows
     with st.sidebar:
         st.divider()
-        st.radio(KNOBS["mode"].metadata["label"], MODES, key="mode", horizontal=True, disabled=busy,
-                 format_func=MODE_LABELS.get, help=KNOBS["mode"].metadata["help"])
+        for name in sidebar_knobs("top"):
+            _knob(name, busy, **limits.get(name, {}))
         st.toggle("Slow motion", key="slow_motion", disabled=busy,
-                  help="Draw chat replies at a pace people can follow (about 25 tokens, or diffusion steps, per "
-                       "second): small models write faster than the eye. The speed figures stay the engine's own.")
+                  help="Draw replies, in Chat and in Compare, at a pace people can follow: small models write faster "
+                       "than the eye. The speed figures stay the decoder's own.")
+        if ss.slow_motion:
+            st.slider("Steps per second", 1, 30, key="slow_motion_rate", disabled=busy,
+                      help="How many steps Slow motion draws per second. A step is one token in autoregressive mode "
+                           "and one pass of the model, filling several tokens, in block diffusion; in Compare both "
+                           "sides take one step at a time.")
         if ss.mode == "diffusion" and not model.trained_for_diffusion:
             st.info("This checkpoint was not trained for block diffusion: it still runs (causal pattern, "
-                    "leftmost slot first) but expect about one token per forward and AR speed.",
+                    "leftmost slot first) but expect about one token per step and AR speed.",
                     icon=":material/info:")
-        with st.expander("Sampling", expanded=True, icon=":material/tune:"):
-            for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
-                _knob(name, busy)
-            _knob("max_new_tokens", busy, high=max(1, model.context_length - 1))
-            _knob("seed", busy, placeholder="random")
-        with st.expander("Block diffusion", expanded=ss.mode == "diffusion", icon=":material/grid_view:"):
-            _knob("block_size", busy)
-            subs = [s for s in KNOBS["sub_block_size"].metadata["ui"]["options"] if s <= ss.block_size]
-            if ss.sub_block_size not in subs:
-                state.put("sub_block_size", subs[-1])
-            _knob("sub_block_size", busy, options=subs)
-            _knob("threshold", busy)
-            _knob("attention", busy)
+        for section, (title, icon) in EXPANDERS.items():
+            with st.expander(title, expanded=section == "sampling" or ss.mode == section, icon=icon):
+                for name in sidebar_knobs(section):
+                    _knob(name, busy, **limits.get(name, {}))
         if model.completion:
             st.info("This is a base model with no chat template: it runs as **completion**. It continues the "
                     "text you write rather than answering it, so start the text you want it to go on with.",
@@ -136,7 +146,8 @@ def settings(model, busy: bool) -> None:
 
 def _knob(name: str, busy: bool, **ui) -> None:
     """The widget of one decode knob, from its DecodeParams metadata (label, help, range; `ui` overrides
-    the widget hints, e.g. a model-dependent maximum)."""
+    the widget hints, e.g. a model-dependent maximum). A choice that does not go with the other settings
+    (params.problem) is not offered; when it was the current one, the nearest allowed one takes its place."""
     meta = KNOBS[name].metadata
     ui = {**meta["ui"], **ui}
     common = dict(key=name, disabled=busy, help=meta["help"])
@@ -147,7 +158,19 @@ def _knob(name: str, busy: bool, **ui) -> None:
         st.number_input(meta["label"], min_value=meta["low"], max_value=ui.get("high"), step=ui["step"],
                         placeholder=ui.get("placeholder"), **common)
     else:
-        st.selectbox(meta["label"], ui.get("options") or meta["choices"], **common)
+        options = ui.get("options") or meta["choices"]
+        settings = {n: st.session_state.get(n) for n in KNOBS}
+        why_not = {o: problem(name, o, settings) for o in options}
+        allowed = [o for o in options if not why_not[o]]
+        if st.session_state.get(name) in options and st.session_state.get(name) not in allowed and allowed:
+            state.put(name, allowed[-1])
+        labels = ui.get("labels") or {}
+        draw = st.radio if widget == "radio" else st.selectbox
+        draw(meta["label"], allowed, format_func=lambda o: labels.get(o, str(o)), **common,
+             **({"horizontal": True} if widget == "radio" else {}))
+        for o in options:
+            if why_not[o] and isinstance(o, str):
+                st.caption(f"{labels.get(o, o)}: {why_not[o]}")
 
 
 def chat_actions(model, model_label: str, busy: bool) -> None:
@@ -164,7 +187,7 @@ def chat_actions(model, model_label: str, busy: bool) -> None:
                            disabled=busy or not msgs, icon=":material/download:", width="stretch",
                            help="Save the chat as a Markdown file.")
         c2.download_button("JSON", export.to_json(msgs, system_prompt=system_prompt, model=model_label,
-                                                  settings=state.decode_params()),
+                                                  settings=state.decode_params(model).kwargs()),
                            file_name="bitnet-chat.json", mime="application/json", on_click="ignore",
                            disabled=busy or not msgs, icon=":material/data_object:", width="stretch",
                            help="Save the chat with its settings and figures as JSON.")

@@ -12,14 +12,16 @@ A stored message is a plain dict:
      "trimmed": int (older messages left out to fit the context), "steps": [picture frames] (diffusion)}
 """
 import copy
+import secrets
 
 import streamlit as st
 
-from ..params import KNOBS, DecodeParams
+from ..params import KNOBS, SECTIONS, sidebar_knobs
 
-# The decode knobs the sidebar shows (their defaults, ranges and help: bitnet_app/params.py).
-SIDEBAR_KNOBS = ("mode", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed",
-                 "block_size", "sub_block_size", "threshold", "attention")
+# The decode knobs the sidebar shows: those with a sidebar section in bitnet_app/params.py (defaults, ranges, help).
+SETTING_KNOBS = [name for section in SECTIONS for name in sidebar_knobs(section)]
+# The knobs a newly loaded model leaves as the user set them; every other one starts from the model's own values.
+KEPT_ACROSS_MODELS = ("mode", "seed", "max_new_tokens")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concisely."
 
 # key -> initial value of the page's own state (never a widget key)
@@ -41,8 +43,9 @@ SETTINGS = {
     "kv_cache": "f16",        # the engine's KV cache: "f16", or "i8" (half the bytes, for long conversations)
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
-    "slow_motion": False,     # chat replies drawn at a watchable pace (small models are faster than the eye)
-    **{name: KNOBS[name].default for name in SIDEBAR_KNOBS},  # None: the checkpoint's, set by seed_from_model
+    "slow_motion": False,     # replies drawn at a watchable pace (small models are faster than the eye)
+    "slow_motion_rate": 8,    # ... in steps per second (a token in AR, a pass filling slots in diffusion)
+    **{name: KNOBS[name].default for name in SETTING_KNOBS},  # None: the checkpoint's, set by seed_from_model
 }
 SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
 REPLAY = "replay_playing"     # {"key": the replay slider's key, "step": the step to show next} while one plays
@@ -87,19 +90,18 @@ def put(key: str, value) -> None:
 
 
 def seed_from_model(model, engine_path: str) -> None:
-    """Once per loaded model: start the sampler and diffusion knobs from the checkpoint's own values."""
+    """Once per loaded model: start the decode settings from the checkpoint's own (Model.suggested_params: its
+    sampling and diffusion values, resolved), except those the user keeps across models; max new tokens is
+    only lowered to half the model's context."""
     ss = st.session_state
     if ss.get("defaults_for") == engine_path:
         return
-    gen, diff = model.generation_defaults, model.diffusion_defaults
-    block = int(diff["block_size"])
-    for key, value in (("temperature", round(float(gen["temperature"]), 2)), ("top_p", round(float(gen["top_p"]), 2)),
-                       ("top_k", int(gen["top_k"])),
-                       ("repetition_penalty", round(float(gen["repetition_penalty"]), 2)),
-                       ("block_size", block), ("sub_block_size", min(int(diff["sub_block_size"]), block)),
-                       ("threshold", float(diff["threshold"])), ("attention", diff["attention"]),
-                       ("max_new_tokens", min(int(ss.max_new_tokens), max(16, model.context_length // 2)))):
-        put(key, value)
+    start = model.suggested_params()
+    for name in SETTING_KNOBS:
+        if name not in KEPT_ACROSS_MODELS:
+            value = getattr(start, name)
+            put(name, round(value, 2) if isinstance(value, float) else value)  # as a slider shows it
+    put("max_new_tokens", min(int(ss.max_new_tokens), max(16, model.context_length // 2)))
     ss.defaults_for = engine_path
 
 
@@ -117,12 +119,27 @@ def system_prompt(model) -> str:
     return text if text and uses_system_prompt(model) else ""
 
 
-def decode_params(mode: str | None = None) -> dict:
-    """The settings as Model.generate keyword arguments (the knobs that matter for the mode)."""
+def decode_params(model, mode: str | None = None, *, seeded: bool = False):
+    """The page's DecodeParams for `model`: the sidebar's settings (`mode` instead of the sidebar's, when
+    given), checked and resolved by Model.decode_params, the one object Model.generate takes. seeded: for a reply,
+    with a seed drawn now when the sidebar leaves it empty, so that the reply can be run again off screen, the same
+    ids, to time it (each reply still draws afresh)."""
     ss = st.session_state
-    values = {name: ss[name] for name in SIDEBAR_KNOBS}
+    values = {name: ss[name] for name in SETTING_KNOBS}
     values["mode"] = mode or ss.mode
-    return DecodeParams.from_kwargs(**values).kwargs()
+    if seeded and values["seed"] is None:
+        values["seed"] = fresh_seed()
+    return model.decode_params(**values)
+
+
+def fresh_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+def slow_motion_rate() -> float | None:
+    """Steps per second while Slow motion is on, else None (as fast as the decoder goes)."""
+    ss = st.session_state
+    return float(ss.slow_motion_rate) if ss.slow_motion else None
 
 
 def run() -> dict:

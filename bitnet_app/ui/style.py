@@ -1,4 +1,4 @@
-"""The few styles the theme in .streamlit/config.toml cannot express: stat chips and the block picture."""
+"""The few styles the theme in .streamlit/config.toml cannot express: stat chips and the block pictures."""
 import streamlit as st
 
 CSS = """
@@ -23,6 +23,15 @@ CSS = """
 .slot.gone {opacity:.35;}
 .legend {font-size:.7rem; color:#6b6a8f; margin-top:.35rem;}
 .legend span.slot {min-width:0; font-size:.66rem; padding:.05rem .3rem;}
+.bp.live {scroll-margin:1rem;}
+.bp-final {border:1px solid #d9dcf2; border-radius:.6rem; padding:.5rem .6rem .55rem .6rem; background:#ffffff;
+           margin:.1rem 0 .35rem 0;}
+.bp-text {font-family:ui-monospace, SFMono-Regular, Menlo, monospace; font-size:.78rem; line-height:1.75;
+          white-space:pre-wrap; color:#1e1b4b;}
+.bp-text .tok {border-radius:.25rem; padding:.05rem 0;}
+.bp-text .nl {color:#8b8fb8;}
+.chip.note {font-style:italic; background:#fff; color:#6b6a8f;}
+div[data-testid="stElementContainer"]:has(.page-script) {display:none;}
 </style>
 """
 

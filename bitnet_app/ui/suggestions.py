@@ -1,17 +1,22 @@
 """The prompts the empty chat (and the empty compare view) suggest: ones the running model is good at.
 
-A model folder may come with a prompt file, `demo-prompts.json` inside it or beside it (the bundled demo model's
-is assets/demo-prompts.json beside assets/demo-model):
-    {"skills": [user message, ...], "open": [user message, ...]}
-"skills" are tasks whose answer follows from the question (counting, times tables, the alphabet…), where the
-model is sure of many slots at once and block diffusion fills several per forward; "open" is free text
-(Shakespeare), where it is not. Without a prompt file the suggestions are general questions for a chat model.
+A model folder may come with a suggestion file, `demo-suggestions.json`, inside it or beside it (the bundled
+demo model's is assets/demo-suggestions.json):
+    {"skills": [{"prompt": user message, "answer": the model's greedy reply}, ...], "open": [user message, ...]}
+Each skill prompt there is one the model answers exactly right, greedy, in both decode modes (the recorded answer
+is checked against the model and the answer oracle by tests/test_demo_model.py in every CI run), so a presenter
+can trust it. Without one, a prompt file `demo-prompts.json` in the same places (the eval's held-out prompts,
+{"skills": [...], "open": [...]}) is used. "skills" are tasks whose answer follows from the question (counting,
+times tables, the alphabet…), where the model is sure of many slots at once and block diffusion fills several per
+forward; "open" is free text (Shakespeare), where it is not. Without either file the suggestions are general
+questions for a chat model.
 """
 import json
 import os
 
 import streamlit as st
 
+SUGGESTION_FILE = "demo-suggestions.json"
 PROMPT_FILE = "demo-prompts.json"
 SKILLS_SHOWN = 3
 GENERAL = [("Explain in two sentences what a 1.58-bit model is.", ""),
@@ -20,12 +25,14 @@ GENERAL = [("Explain in two sentences what a 1.58-bit model is.", ""),
 
 
 def prompt_file(folder: str | None) -> str | None:
-    """The prompt file that belongs to the checkpoint folder `folder` (inside it, else beside it), or None."""
+    """The suggestion file (else the prompt file) that belongs to the checkpoint folder `folder` (inside it, else
+    beside it), or None."""
     if not folder or not os.path.isdir(folder):
         return None
-    for path in (os.path.join(folder, PROMPT_FILE), os.path.join(os.path.dirname(os.path.abspath(folder)), PROMPT_FILE)):
-        if os.path.isfile(path):
-            return path
+    for name in (SUGGESTION_FILE, PROMPT_FILE):
+        for path in (os.path.join(folder, name), os.path.join(os.path.dirname(os.path.abspath(folder)), name)):
+            if os.path.isfile(path):
+                return path
     return None
 
 

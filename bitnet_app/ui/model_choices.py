@@ -27,7 +27,7 @@ def demo_description() -> str:
         return ("A tiny chat model that ships with the app and runs offline, trained here (briefly) for both decode "
                 "modes on short skills (counting, times tables, the alphabet, spelling…) and on Shakespeare. Expect "
                 "answers in the right form, not always right; on counts and tables block diffusion fills more than "
-                "one slot per forward.")
+                "one slot per step.")
     return ("A tiny model trained on Shakespeare that ships with the app and runs offline: it continues the text "
             "you give it (expect style, not sense) and was trained for block diffusion.")
 
@@ -63,6 +63,8 @@ def describe(source: "Source", roof_gb_s: float | None = None) -> str:
         return f"{entry.name}. " + needs_line(entry, roof_gb_s)
     if source.kind == "hub":
         return "A Hugging Face repository, downloaded and converted for this CPU once."
+    if not os.path.exists(source.target):
+        return f"There is no folder or file at {source.target} on this computer: check the path."
     if source.target.endswith(".bitnet"):
         return "An engine file on this computer."
     return "A checkpoint folder on this computer, converted for this CPU once."
@@ -104,6 +106,28 @@ def choices() -> list[str]:
         labels.insert(0, env)
     labels.append(CUSTOM_LABEL)
     return labels
+
+
+def picker_label(label: str, demo_for: str | None = None) -> str:
+    """What the picker shows for choice `label`: a known Hub model by its short name with its download size (the
+    sidebar is too narrow for owner/name ids); demo_for: the chosen label, when the bundled demo model runs in its
+    place (its Hub repo is out of reach), so that the picker names the model that runs."""
+    if demo_for is not None and label == demo_for:
+        return f"Demo model, for {short_name(label)}"
+    entry = catalog.ENTRIES.get(label)
+    if entry is None:
+        return label
+    return f"{short_name(label)} · {format_bytes(catalog.needs(entry).download_bytes)}"
+
+
+def short_name(repo: str) -> str:
+    """A repo id without its owner, and without a "-1.58bit" / "-1.58" marker (every model here is 1.58-bit):
+    "microsoft/bitnet-b1.58-2B-4T" -> "bitnet-b1.58-2B-4T", "HF1BitLLM/Llama3-8B-1.58-100B-tokens" ->
+    "Llama3-8B-100B-tokens"."""
+    if not is_repo_id(repo):
+        return repo
+    name = repo.rsplit("/", 1)[-1]
+    return name.replace("-1.58bit", "").replace("-1.58-", "-")
 
 
 def default_choice() -> str:

@@ -1,0 +1,140 @@
+"""The exact fill rule of block diffusion: a drafted slot stands only if it is what AR would have written there.
+
+Causal attention only. There the row of slot j-1 sees only the slots before it, so once they are final its
+logits are AR's own prediction for slot j. The slots of a block are final up to `settled`; after them come
+drafts (slots filled above the threshold, not yet checked) and masks. A denoising step runs the rows of every
+slot from `settled` to the sub-block's last mask, and `settle` walks them left to right:
+  - a draft x is checked against its row: greedy keeps it when it is the row's argmax; sampled keeps it with
+    probability min(1, p(x) / q(x)) (speculative sampling), p the row's distribution after the sampler's
+    processing (repetition penalty over the final ids before the slot, temperature, top-k, top-p), q the
+    distribution x was drawn from;
+  - the first masked slot takes the row's own choice (AR's: the floor that makes every step fill one slot);
+  - a rejected draft is replaced by the row's choice (greedy: its argmax; sampled: a draw from max(0, p - q),
+    normalized) and every draft after it is dropped (masked again): their rows saw the rejected token.
+The walk stops at the first slot it fills. The masked slots after a floor then get drafts from their rows (every
+one more than `threshold` sure), which a later step's rows check. With these rules each token of the reply has
+AR's distribution at the same settings (greedy: the reply is greedy AR's), whatever the drafts were.
+
+q, exactly: a slot is drafted only when the token drawn for it is more than `threshold` sure, so a draft is a draw
+from the sampler's distribution restricted to the ids above the threshold and renormalized (draft_distribution;
+for a threshold >= 0.5 that is the one such id). Accepting against that q is what keeps the rule exact.
+
+Shapes: rows (R, V) float32 logits, row i predicting slot settled + i; distributions (V,) float64.
+"""
+import numpy as np
+
+
+def draft_distribution(q: np.ndarray, threshold: float) -> np.ndarray:
+    """(V,) the distribution a draft is drawn from, given that one was made: q on the ids above the threshold,
+    renormalized (all zeros when none is)."""
+    kept = np.where(q > threshold, q, 0.0)
+    total = kept.sum()
+    return kept / total if total > 0 else kept
+
+
+def accepts(p: np.ndarray, q: np.ndarray, x: int, u: float) -> bool:
+    """Speculative sampling's test for a draft x ~ q against the target p, with u ~ U[0, 1): u < p(x) / q(x)."""
+    return u * q[x] < p[x]
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """(V,) what a rejected draft's slot is drawn from: max(0, p - q), normalized (p itself if that is all zero,
+    which a rejection never meets: then p >= q everywhere, and p(x) >= q(x) accepts every draft)."""
+    r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def draw(dist: np.ndarray, u: float) -> int:
+    """One id from a (V,) distribution with u ~ U[0, 1): inverse CDF in id order."""
+    cdf = np.cumsum(dist)
+    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(dist) - 1)
+
+
+class ExactRule:
+    """The checks of one reply: the distribution of every draft not yet checked, and the figures.
+
+        rule = ExactRule(sampler, threshold, mask)
+        settled, ended = rule.settle(block, settled, rows, context)   # checks drafts, fills one slot
+        filled = rule.draft(block, slots, rows, context)               # new drafts on masked slots
+    """
+
+    def __init__(self, sampler, threshold: float, mask: int):
+        self.sampler, self.threshold, self.mask = sampler, threshold, mask
+        self.q: dict[int, np.ndarray] = {}  # drafted slot -> its q (sampled only: greedy's q is its argmax)
+        self.drafted = self.kept = 0        # drafts checked (kept, replaced or dropped), and kept
+
+    def start_block(self) -> None:
+        self.q.clear()
+
+    def _contexts(self, block, settled: int, n: int, context):
+        """The repetition-penalty context of each of the n slots from `settled` on: the final ids before it
+        (context, then the block's slots from `settled` up to it); None when the sampler has no penalty."""
+        if context is None:
+            return [None] * n
+        return [list(context) + list(block[settled:s]) for s in range(settled, settled + n)]
+
+    def settle(self, block: list, settled: int, rows: np.ndarray, context) -> tuple[int, str]:
+        """Walk the slots from `settled` on (block changed in place) with rows[i] the re-run row that predicts slot
+        settled + i; context: the final ids before slot `settled` (prompt and reply), or None without a
+        repetition penalty. Returns (how many slots are final now, how the walk ended): "floor" (it filled a
+        masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
+        not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
+        contexts = self._contexts(block, settled, len(rows), context)
+        greedy_batch = self.sampler.greedy and context is None  # AR's choice of every row at once
+        choices = self.sampler(rows, None)[0] if greedy_batch else None
+        for i, (row, ctx) in enumerate(zip(rows, contexts)):
+            s = settled + i
+            if s == len(block):
+                break
+            choice = (lambda: int(choices[i])) if greedy_batch else (lambda: int(self.sampler(row, ctx)[0]))
+            if block[s] == self.mask:
+                block[s] = choice()  # the floor: what AR writes here
+                return s + 1, "floor"
+            x = block[s]
+            kept, token = self._check(s, x, row, ctx, choice)
+            self.drafted += 1
+            self.kept += kept
+            if not kept:
+                block[s] = token
+                self._drop_after(block, s)
+                return s + 1, "replaced"
+        return min(settled + len(rows), len(block)), "kept"
+
+    def _check(self, s: int, x: int, row, ctx, choice) -> tuple[bool, int]:
+        """(whether draft x at slot s stands, the id that stands there)."""
+        if self.sampler.greedy:
+            ar = choice()
+            return ar == x, ar
+        p, q = self.sampler.distribution(row, ctx), self.q.pop(s)
+        if accepts(p, q, x, self.sampler.rng.random()):
+            return True, x
+        return False, draw(residual(p, q), self.sampler.rng.random())
+
+    def _drop_after(self, block: list, s: int) -> None:
+        """Mask every draft after slot s again: its row saw a token that did not stand."""
+        for j in range(s + 1, len(block)):
+            if block[j] != self.mask:
+                block[j] = self.mask
+                self.q.pop(j, None)
+                self.drafted += 1
+
+    def draft(self, block: list, slots: list[int], rows: np.ndarray, context) -> list[int]:
+        """Fill the masked `slots` whose token is more than `threshold` sure (rows[i] predicts slots[i]); returns
+        them. Sampled drafts keep their q for the check."""
+        if not slots:
+            return []
+        if self.sampler.greedy:
+            tokens, probs = self.sampler(rows, context)
+            chosen = [(j, int(t)) for j, t, p in zip(slots, tokens, probs) if p > self.threshold]
+        else:
+            chosen = []
+            for j, row in zip(slots, rows):
+                q = self.sampler.distribution(row, context)
+                x = draw(q, self.sampler.rng.random())
+                if q[x] > self.threshold:
+                    chosen.append((j, x))
+                    self.q[j] = draft_distribution(q, self.threshold)
+        for j, x in chosen:
+            block[j] = x
+        return [j for j, _ in chosen]

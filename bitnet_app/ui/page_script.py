@@ -1,0 +1,38 @@
+"""What the page does in the browser that Streamlit has no setting for (one small script, run once per page):
+
+- the chat input's Stop button is named for what it does: Streamlit names it "Stop script" (screen readers read
+  that), and this page's Stop ends the reply being written, keeping what it wrote;
+- the live block picture of a reply being written (.bp.live) is kept in view: with a few earlier turns it would
+  stream below the fold or behind the input box, where the audience never sees it.
+"""
+import streamlit as st
+
+STOP_NAME = "Stop the reply"
+SCRIPT = """<span class="page-script"></span><script>
+(() => {
+  if (window.bitnetPageScript) return;
+  window.bitnetPageScript = true;
+  const name = %(name)r;
+  const visibleBottom = () => {
+    const bottom = document.querySelector('[data-testid="stBottom"]');
+    return bottom ? bottom.getBoundingClientRect().top : window.innerHeight;
+  };
+  const tidy = () => {
+    document.querySelectorAll('[data-testid="stChatInputStopButton"]').forEach(b => {
+      if (b.getAttribute('aria-label') !== name) { b.setAttribute('aria-label', name); b.title = name; }
+    });
+    const live = document.querySelectorAll('.bp.live');
+    if (live.length) {
+      const r = live[live.length - 1].getBoundingClientRect();
+      if (r.top < 0 || r.bottom > visibleBottom()) live[live.length - 1].scrollIntoView({block: 'center'});
+    }
+  };
+  new MutationObserver(tidy).observe(document.body, {subtree: true, childList: true, characterData: true,
+                                                     attributes: true, attributeFilter: ['aria-label']});
+  tidy();
+})();
+</script>"""
+
+
+def inject() -> None:
+    st.html(SCRIPT % {"name": STOP_NAME}, unsafe_allow_javascript=True)

@@ -1,0 +1,48 @@
+"""The demo model's answer oracle (tools/demo_oracle.py) and its prompt sets: the oracle reads a prompt's own words
+and gives the generator's answer for every prompt the generator makes, in either region; the hand-written prompts
+have recorded answers the oracle agrees with, and the generator never asks one of them (they test phrasings the
+model was never trained on)."""
+import json
+import random
+
+import pytest
+
+from tools import demo_skills as S
+from tools.demo_oracle import expected
+
+
+@pytest.mark.parametrize("family", list(S.FAMILIES))
+@pytest.mark.parametrize("held_out", [False, True])
+def test_the_oracle_gives_the_generators_answer(family, held_out):
+    rng = random.Random(hash((family, held_out)) & 0xFFFF)
+    for _ in range(1500):
+        q, a = S.make_item(rng, family, held_out=held_out)
+        assert expected(q) == (family, a), q
+
+
+def test_the_regions_split_each_family():
+    """Every family has both a trained and a held-out region, and make_item stays on the asked side."""
+    rng = random.Random(3)
+    for name, fam in S.FAMILIES.items():
+        for held_out in (False, True):
+            for _ in range(200):
+                assert fam.held(S.draw_params(rng, name, held_out)) == held_out, name
+
+
+def test_hand_written_prompts_have_checked_answers_and_are_kept_out_of_training():
+    with open(S.HANDWRITTEN, encoding="utf-8") as f:
+        items = json.load(f)
+    assert len(items) >= 50 and {it["family"] for it in items} == set(S.FAMILIES)
+    for it in items:
+        assert expected(it["prompt"]) == (it["family"], it["answer"]), it["prompt"]
+    kept_out = {S.normalise(it["prompt"]) for it in items}
+    assert S.KEPT_OUT == kept_out
+    rng = random.Random(0)
+    for family in S.FAMILIES:
+        for _ in range(3000):
+            assert S.normalise(S.make_item(rng, family)[0]) not in kept_out
+
+
+def test_questions_outside_the_skills_have_no_answer():
+    for q in ("What is the capital of France?", "Write a poem about the sea.", "Continue this scene:\nROMEO."):
+        assert expected(q) is None, q
