@@ -125,6 +125,21 @@ static inline int bn_trit5_groups(int kp) { return (kp / 4 + BN_TRIT5_QUADS - 1)
             default: break;                                                                                      \
         }                                                                                                        \
     } while (0)
+/* n_tiles consecutive 1.6-bit row tiles (tiles5, G5 groups each) -> their 2-bit tiles (tiles2, kp / 16 groups each),
+ * each tile's 64-byte groups taken `width` bytes at a time (a register: 32 for AVX2, 64 for AVX-512), RUN as above
+ * with in and out at that slice of the groups. */
+#define BN_UNPACK5_TILES(RUN, tiles5, kp, n_tiles, tiles2, width)                                                \
+    do {                                                                                                         \
+        const size_t in_tile_ = (size_t)bn_trit5_groups(kp) * 64, out_tile_ = (size_t)(kp) / 16 * 64;           \
+        for (int tile_ = 0; tile_ < (n_tiles); tile_++)                                                          \
+            for (int lane_ = 0; lane_ < 64; lane_ += (width))                                                    \
+                BN_UNPACK5_RUNS(RUN, (tiles5) + tile_ * in_tile_ + lane_, (tiles2) + tile_ * out_tile_ + lane_,  \
+                                (kp) / 4);                                                                       \
+    } while (0)
+/* thread_buffer.c: this thread's buffer for `use` (one of BN_SCRATCH_*), at least `bytes` long, 64-byte aligned; its
+ * contents are undefined at each call (it may have grown); NULL when out of memory. Freed when the thread ends. */
+enum { BN_SCRATCH_TILES5, BN_SCRATCH_AMX, BN_SCRATCH_USES };
+void *bn_thread_buffer(int use, size_t bytes);
 /* tiles5.c: ternary5_matmul for a batch (T > 1) from a path's parts: each chunk of row tiles unpacked once (unpack5)
  * into this thread's buffer of 2-bit tiles and multiplied there (matmul2, the path's ternary_matmul); without memory
  * for the buffer, token by token through one_token (the path's ternary5_matmul, which decodes one token in place). */

@@ -247,11 +247,7 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
 }
 
 static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
-    const int g5 = bn_trit5_groups(kp), g2 = kp / 16;
-    for (int tile = 0; tile < n_tiles; tile++)
-        for (int half = 0; half < 2; half++)
-            BN_UNPACK5_RUNS(unpack5_run, tiles5 + (size_t)tile * g5 * 64 + 32 * half,
-                            tiles2 + (size_t)tile * g2 * 64 + 32 * half, kp / 4);
+    BN_UNPACK5_TILES(unpack5_run, tiles5, kp, n_tiles, tiles2, 32);
 }
 
 static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,

@@ -179,9 +179,7 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
 }
 
 static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
-    const int g5 = bn_trit5_groups(kp), g2 = kp / 16;
-    for (int tile = 0; tile < n_tiles; tile++)
-        BN_UNPACK5_RUNS(unpack5_run, tiles5 + (size_t)tile * g5 * 64, tiles2 + (size_t)tile * g2 * 64, kp / 4);
+    BN_UNPACK5_TILES(unpack5_run, tiles5, kp, n_tiles, tiles2, 64);
 }
 
 /* The same unpacking with AVX512-VBMI's byte permutes (Zen 4, Ice Lake and later Intel; not Skylake-X or Cascade
@@ -248,10 +246,8 @@ __attribute__((target("avx512vbmi"))) static void unpack5_vbmi(const uint8_t *ti
         t.f4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[0] + 64 * i));
         t.c4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[1] + 64 * i));
     }
-    const int g5 = bn_trit5_groups(kp), g2 = kp / 16;
 #define VBMI_RUN(in, out, nq) unpack5_vbmi_run(&t, in, out, nq)
-    for (int tile = 0; tile < n_tiles; tile++)
-        BN_UNPACK5_RUNS(VBMI_RUN, tiles5 + (size_t)tile * g5 * 64, tiles2 + (size_t)tile * g2 * 64, kp / 4);
+    BN_UNPACK5_TILES(VBMI_RUN, tiles5, kp, n_tiles, tiles2, 64);
 #undef VBMI_RUN
 }
 

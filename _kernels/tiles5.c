@@ -5,52 +5,17 @@
  * unchanged, with exactly the sums they have on 2-bit files: the same y, bit for bit.
  *
  * The buffer: CHUNK_TILES x kp/16 x 64 bytes (56 KB for the 2B-4T down_proj), one per thread that runs a forward
- * (the calling thread and the pool's workers), grown when a wider matrix comes, freed when the thread ends.
+ * (the calling thread and the pool's workers: thread_buffer.c), grown when a wider matrix comes.
  */
-#include <pthread.h>
-#include <stdlib.h>
-
 #include "kernels.h"
 
 #define CHUNK_TILES 2 /* row tiles unpacked at a time: the pair the AVX-512 and AMX kernels take together */
-
-typedef struct {
-    uint8_t *p;
-    size_t capacity;
-} buffer;
-
-static pthread_key_t buffer_key;
-static pthread_once_t buffer_once = PTHREAD_ONCE_INIT;
-static void free_buffer(void *b) {
-    free(((buffer *)b)->p);
-    free(b);
-}
-static void make_key(void) { pthread_key_create(&buffer_key, free_buffer); }
-
-/* This thread's buffer of at least `bytes` (64-byte aligned), or NULL when out of memory. */
-static uint8_t *thread_buffer(size_t bytes) {
-    pthread_once(&buffer_once, make_key);
-    buffer *b = pthread_getspecific(buffer_key);
-    if (!b) {
-        b = calloc(1, sizeof *b);
-        if (!b) return NULL;
-        if (pthread_setspecific(buffer_key, b)) { free(b); return NULL; }
-    }
-    if (bytes > b->capacity) {
-        uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!p) return NULL;
-        free(b->p);
-        b->p = p;
-        b->capacity = bytes;
-    }
-    return b->p;
-}
 
 void bn_ternary5_batch(bn_unpack5_fn unpack5, bn_ternary_fn matmul2, bn_ternary_fn one_token, const uint8_t *codes,
                        int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum, const float *xinv,
                        int T, int n0, int n1, float *y, int ldy) {
     const size_t tile2 = (size_t)kp / 16 * 64, tile5 = (size_t)bn_trit5_groups(kp) * 64;
-    uint8_t *buf = thread_buffer(CHUNK_TILES * tile2);
+    uint8_t *buf = bn_thread_buffer(BN_SCRATCH_TILES5, CHUNK_TILES * tile2);
     if (!buf) { /* no memory for the buffer: one token at a time, decoded in place */
         for (int t = 0; t < T; t++)
             one_token(codes, kp, row_scale, xq + (size_t)t * kp, xsum + t, xinv + t, 1, n0, n1, y + (size_t)t * ldy, ldy);
