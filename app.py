@@ -48,6 +48,7 @@ view = st.segmented_control("View", ["Chat", "Compare"], key="view", disabled=bu
                             label_visibility="collapsed")
 prompts = suggestions.for_folder(model_choices.folder_of(running))
 if view == "Compare":
-    compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads)), prompts)
+    compare_view.draw(loaded, lambda: loading.load_compare_engine(loaded.path, int(st.session_state.threads),
+                                                                  loading.kv_setting()), prompts)
 else:
     chat_view.draw(loaded, prompts)

@@ -14,11 +14,16 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* A ternary linear layer W (N, K): codes (Np/16, Kp/16, 64) uint8 tiles, one float multiplier per row. */
+/* The two layouts of ternary tiles (bitnet_app/engine/packing.py) */
+enum bn_packing { BN_PACK_2BIT = 0, BN_PACK_TRIT5 = 1 }; /* 4 codes a byte; 5 codes a byte (1.6 bits a weight) */
+
+/* A ternary linear layer W (N, K): uint8 tiles, (Np/16, Kp/16, 64) in 2 bits or (Np/16, ceil(Kp/20), 64) in
+ * 1.6 bits, and one float multiplier per row. */
 typedef struct {
     const uint8_t *codes;
     const float *scale;   /* (Np,) weight_scale (multiply) or 1/weight_scale (divide), per row */
     int n, k;             /* logical shape */
+    int packing;          /* enum bn_packing */
 } bn_ternary;
 
 typedef struct {
@@ -51,11 +56,16 @@ typedef struct {
 
 typedef struct bn_engine bn_engine;
 
-/* exact_head: 1 = bf16 head (head_bf16), 0 = int8 head. kv16: 1 = fp16 KV cache, 0 = float32.
+/* The KV cache's element type. int8: each (layer, KV head, position) row of hd values has its own scale (absmax /
+ * 127, round half to even): 1 byte a value + 4 bytes a row, about half fp16's bytes. */
+enum bn_kv { BN_KV_F32 = 0, BN_KV_F16 = 1, BN_KV_I8 = 2 };
+#define BN_MAX_HEAD_DIM 1024 /* the engine's limit on head_dim (real models: 64 to 256) */
+
+/* exact_head: 1 = bf16 head (head_bf16), 0 = int8 head. kv: the KV cache's element type (enum bn_kv).
  * n_threads: 1 to 256, the calling thread included (more is an error, not a crash).
  * isa: NULL/"" = best the CPU has; a path's name ("avx512", "avx2", "portable": dispatch.c PATHS) forces it.
  * Returns NULL and writes a message into err (errlen bytes) on failure. */
-bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_threads, const char *isa, int ctx,
                             char *err, int errlen);
 void bn_engine_free(bn_engine *e);
 const char *bn_engine_isa(const bn_engine *e);

@@ -55,11 +55,13 @@ static void build_vnni_tables(void) {
     avxvnni_emulated_table = bn_kernels_avx2;
     avxvnni_emulated_table.name = "avxvnni-emulated";
     avxvnni_emulated_table.ternary_matmul = bn_avxvnni_emulated_ternary_matmul;
+    avxvnni_emulated_table.ternary5_matmul = bn_avxvnni_emulated_ternary5_matmul;
     avxvnni_emulated_table.int8_matmul = bn_avxvnni_emulated_int8_matmul;
 #ifndef BN_NO_AVXVNNI
     avxvnni_table = bn_kernels_avx2;
     avxvnni_table.name = "avxvnni";
     avxvnni_table.ternary_matmul = bn_avxvnni_ternary_matmul;
+    avxvnni_table.ternary5_matmul = bn_avxvnni_ternary5_matmul;
     avxvnni_table.int8_matmul = bn_avxvnni_int8_matmul;
 #endif
 }
@@ -91,12 +93,14 @@ static void build_amx_tables(void) {
     amx_emulated_table = bn_kernels_avx2;
     amx_emulated_table.name = "amx-emulated";
     amx_emulated_table.ternary_matmul = bn_amx_emulated_ternary_matmul;
+    amx_emulated_table.ternary5_matmul = bn_amx_emulated_ternary5_matmul;
     amx_emulated_table.int8_matmul = bn_amx_emulated_int8_matmul;
 #ifndef BN_NO_AMX
     if (avx512()) {
         amx_table = *avx512();
         amx_table.name = "amx";
         amx_table.ternary_matmul = bn_amx_ternary_matmul;
+        amx_table.ternary5_matmul = bn_amx_ternary5_matmul;
         amx_table.int8_matmul = bn_amx_int8_matmul;
     }
 #endif

@@ -21,6 +21,7 @@ cdef extern from "bitnet.h":
         const uint8_t *codes
         const float *scale
         int n, k
+        int packing
     ctypedef struct bn_layer:
         const float *attn_norm
         const float *attn_sub_norm
@@ -41,7 +42,7 @@ cdef extern from "bitnet.h":
         bn_layer *layers
     ctypedef struct bn_engine:
         pass
-    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
+    bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_threads, const char *isa, int ctx,
                                 char *err, int errlen)
     void bn_engine_free(bn_engine *e)
     const char *bn_engine_isa(const bn_engine *e)
@@ -88,7 +89,8 @@ cdef class CEngine:
         self.e = NULL
         self.layers = NULL
 
-    def __init__(self, ef, bint exact_head, bint kv16, threads, isa, int ctx):
+    def __init__(self, ef, bint exact_head, int kv, threads, isa, int ctx):
+        """kv: the KV cache's element type, enum bn_kv (0 float32, 1 fp16, 2 int8 with a scale per row)."""
         if not 1 <= threads <= BN_POOL_MAX_THREADS:  # checked here too: ints beyond C's range included
             raise ValueError(f"thread count {threads} is out of range: use 1 to {BN_POOL_MAX_THREADS} "
                              "(the number of CPU cores is a good choice)")
@@ -128,6 +130,10 @@ cdef class CEngine:
             raise MemoryError()
         kvd = G * hd
         shapes = {"qkv": (D + 2 * kvd, D), "o": (D, D), "gate_up": (2 * I, D), "down": (D, I)}
+        from bitnet_app.engine.packing import PACKINGS, ternary_tile_shape
+        packing = getattr(ef, "packing", PACKINGS[0])
+        if packing not in PACKINGS:
+            raise ValueError(f"engine file has ternary packing {packing!r}; convert the checkpoint again")
         cdef bn_ternary *lin
         for l in range(L):
             p = f"layers.{l}."
@@ -150,12 +156,13 @@ cdef class CEngine:
                     lin = &self.layers[l].gate_up
                 else:
                     lin = &self.layers[l].down
-                lin.n, lin.k = n, k
-                lin.codes = <const uint8_t *>_ptr(t.get(p + name + ".codes"), u8, (_r16(n) // 16, _r16(k) // 16, 64), p + name + ".codes")
+                lin.n, lin.k, lin.packing = n, k, PACKINGS.index(packing)
+                lin.codes = <const uint8_t *>_ptr(t.get(p + name + ".codes"), u8, ternary_tile_shape(n, k, packing),
+                                                  p + name + ".codes")
                 lin.scale = <const float *>_ptr(t.get(p + name + ".scale"), f32, (_r16(n),), p + name + ".scale")
         m.layers = self.layers
         isa_b = (isa or "").encode()
-        self.e = bn_engine_create(&m, exact_head, kv16, threads, isa_b, ctx, err, sizeof(err))
+        self.e = bn_engine_create(&m, exact_head, kv, threads, isa_b, ctx, err, sizeof(err))
         if self.e == NULL:
             raise ValueError(err.decode(errors="replace"))
         self.keep = ef

@@ -62,6 +62,8 @@ typedef struct {
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
     int slice_tokens;            /* matrix stages: tokens per slice (MATMUL_SLICE, or a thread's run: token_split) */
     int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION, KIND_CHAIN: consecutive tokens (or logit rows) per item */
+    int head_parts;              /* KIND_ATTENTION: 1, or 2: each (tile, kv head) is two items, each half of the group's
+                                    query heads (schedule.c plan_layer_tail) */
     int chain_end;               /* KIND_CHAIN: it runs the stages [this one, chain_end) */
     int fused;                   /* KIND_CHAIN: it crosses attentions (fold_causal): an item waits for the K/V of
                                     the runs before it, not for a barrier */
@@ -90,8 +92,9 @@ struct bn_engine {
     int exact_head, ctx;
     int dp, ip, qkv_np, gu_np, vp; /* padded sizes: D, I, H*hd + 2*G*hd, 2I, V rounded up to 16 */
     int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
-    int kv16;                      /* 1: the KV cache holds IEEE half (fp16), 0: float32 */
-    void *k_cache, *v_cache;       /* (L, G, C, hd) of fp16 or float32: each head's rows contiguous, so an attention
+    int kv;                        /* the KV cache's elements: enum bn_kv (float32, IEEE half, int8) */
+    float *k_scale, *v_scale;      /* int8 cache: (L, G, C) each row's scale (absmax / 127), else NULL */
+    void *k_cache, *v_cache;       /* (L, G, C, hd) of kv's type: each head's rows contiguous, so an attention
                                       item streams them (with (L, C, G*hd) it read 1 row in G: ~2x slower at 4k) */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
     /* scratch, sized for cap_t tokens and cap_rows logit rows (grown, never shrunk) */
@@ -131,7 +134,8 @@ static inline double now_s(void) {
 
 /* forward.c: the work of one item of a stage (schedule.c hands the items out) */
 void bn_token_stage(bn_engine *e, int l, layer_stage s, int t); /* stage s of layer l for token t (KIND_TOKENS) */
-void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int thread); /* tokens [t0, t0 + nr), kv head g */
+/* tokens [t0, t0 + nr), kv head g, its query heads [h0, h0 + nh) of the group */
+void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int h0, int nh, int thread);
 void bn_matmul_item(bn_engine *e, const stage *st, int i);      /* item i of a matrix stage */
 void bn_head_norm_item(bn_engine *e, int r);                     /* logit row r's final norm */
 

@@ -15,6 +15,9 @@ cdef extern from "kernels.h":
         const char *name
         void (*ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
+        void (*unpack5)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) nogil
         void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
         void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
@@ -38,22 +41,52 @@ cdef const bn_kernels *_kernels(str isa) except NULL:
     return k
 
 
-def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
-                   cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
-    """Tiles (Np/16, Kp/16, 64) @ xq (T, Kp) -> (T, Np) float32, with xinv = 1 (raw scaled dot products)."""
-    cdef const bn_kernels *k = _kernels(isa)
-    cdef int np_ = codes.shape[0] * 16, kp = codes.shape[1] * 16, T = xq.shape[0]
-    if xq.shape[1] != kp or scale.shape[0] != np_:
-        raise ValueError("shape mismatch")
+cdef object _ternary(const bn_kernels *k, bint five, cnp.ndarray codes, cnp.ndarray scale, cnp.ndarray xq):
+    """y (T, Np) of the 2-bit (five false) or 1.6-bit kernel, with xinv = 1; shapes checked by the callers."""
+    cdef int np_ = codes.shape[0] * 16, kp = xq.shape[1], T = xq.shape[0]
     xsum = np.ascontiguousarray(xq.sum(axis=1, dtype=np.int32))
     xinv = np.ones(T, dtype=np.float32)
     y = np.zeros((T, np_), dtype=np.float32)
     cdef int32_t[::1] xs = xsum
     cdef float[::1] xi = xinv
     cdef float[:, ::1] yv = y
-    k.ternary_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
-                     &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
+    if five:
+        k.ternary5_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
+                          &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
+    else:
+        k.ternary_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
+                         &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
     return y
+
+
+def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                   cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """Tiles (Np/16, Kp/16, 64) @ xq (T, Kp) -> (T, Np) float32, with xinv = 1 (raw scaled dot products)."""
+    if xq.shape[1] != codes.shape[1] * 16 or scale.shape[0] != codes.shape[0] * 16:
+        raise ValueError("shape mismatch")
+    return _ternary(_kernels(isa), False, codes, scale, xq)
+
+
+def kernel_ternary5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
+                    cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+    """1.6-bit tiles (Np/16, G5, 64) @ xq (T, Kp) -> (T, Np) float32, xinv = 1: kernel_ternary's numbers from the
+    other layout."""
+    cdef int kp = xq.shape[1]
+    if kp % 16 or codes.shape[1] != (kp // 4 + 4) // 5 or scale.shape[0] != codes.shape[0] * 16:
+        raise ValueError("shape mismatch")
+    return _ternary(_kernels(isa), True, codes, scale, xq)
+
+
+def kernel_unpack5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, int kp):
+    """1.6-bit tiles (Np/16, G5, 64) of padded width kp -> the 2-bit tiles (Np/16, kp/16, 64) of the same weights."""
+    cdef const bn_kernels *k = _kernels(isa)
+    if kp <= 0 or kp % 16 or codes.shape[1] != (kp // 4 + 4) // 5:
+        raise ValueError("shape mismatch")
+    out = np.zeros((codes.shape[0], kp // 16, 64), dtype=np.uint8)
+    cdef uint8_t[:, :, ::1] ov = out
+    if codes.shape[0]:
+        k.unpack5(<const uint8_t *>codes.data, kp, codes.shape[0], &ov[0, 0, 0])
+    return out
 
 
 def kernel_int8(str isa, cnp.ndarray[int8_t, ndim=3, mode="c"] w, cnp.ndarray[float, ndim=1, mode="c"] scale,

@@ -94,6 +94,21 @@ static void rope(const bn_engine *e, float *x, int pos) {
     }
 }
 
+/* One K or V row (hd floats) -> int8 q (hd) with the int8 cache's rule: q = round-half-even(x * 127 / max|x|),
+ * through the kernel table's absmax and quantize (the same numbers on every path); returns the row's scale
+ * max|x| / 127 (0 for a row of zeros). */
+static float quant_kv_row(const bn_kernels *k, const float *x, int hd, int8_t *q) {
+    const float m = k->absmax(x, hd);
+    if (!(m > 0.0f)) {
+        memset(q, 0, (size_t)hd);
+        return 0.0f;
+    }
+    int8_t buf[BN_MAX_HEAD_DIM + 16]; /* quantize writes whole groups of 16 */
+    k->quantize(x, hd, ROUND16(hd), 127.0f / m, buf);
+    memcpy(q, buf, (size_t)hd);
+    return m / 127.0f;
+}
+
 /* 1 for the stages of a trimmed last layer that run on the logit rows only (its attention and after): their
  * token t is logit row t, i.e. batch token fa.rows[t] (see schedule.c). */
 static inline int trimmed_stage(const bn_engine *e, int l, int s) {
@@ -118,11 +133,14 @@ void bn_token_stage(bn_engine *e, int l, layer_stage s, int t) {
             const int pos = e->fa.start + t;
             for (int h = 0; h < m->n_heads + m->n_kv_heads; h++) rope(e, row + h * hd, pos); /* q heads, then k */
             for (int g = 0; g < m->n_kv_heads; g++) { /* head g's row at position pos: see k_cache */
-                const size_t at = (((size_t)l * m->n_kv_heads + g) * e->ctx + pos) * hd;
+                const size_t row_at = ((size_t)l * m->n_kv_heads + g) * e->ctx + pos, at = row_at * hd;
                 const float *kr = row + D + g * hd, *vr = row + D + kvd + g * hd;
-                if (e->kv16) {
+                if (e->kv == BN_KV_F16) {
                     e->k->to_f16(kr, (uint16_t *)e->k_cache + at, hd);
                     e->k->to_f16(vr, (uint16_t *)e->v_cache + at, hd);
+                } else if (e->kv == BN_KV_I8) {
+                    e->k_scale[row_at] = quant_kv_row(e->k, kr, hd, (int8_t *)e->k_cache + at);
+                    e->v_scale[row_at] = quant_kv_row(e->k, vr, hd, (int8_t *)e->v_cache + at);
                 } else {
                     memcpy((float *)e->k_cache + at, kr, sizeof(float) * (size_t)hd);
                     memcpy((float *)e->v_cache + at, vr, sizeof(float) * (size_t)hd);
@@ -153,16 +171,28 @@ void bn_token_stage(bn_engine *e, int l, layer_stage s, int t) {
 
 /* ---------------------------------------------------------------- attention */
 
+static size_t kv_elem_bytes(int kv) { return kv == BN_KV_F16 ? 2 : kv == BN_KV_I8 ? 1 : 4; }
+
 /* The generic attention of one GQA group (the reference, and the path of kernel tables without `attend`):
  * scores = q . k * scale, softmax (exp, divide), out = sum of score * v, through the table's vector ops. */
+static float dot_i8(const float *a, const int8_t *q, int n) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += a[i] * (float)q[i];
+    return acc;
+}
+
 static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, const void *kc, const void *vc,
-                           size_t ld, int kv16, int n_keys, float scale, float *sc, float *out) {
+                           size_t ld, int kv, const float *ks, const float *vs, int n_keys, float scale, float *sc,
+                           float *out) {
     const float *kf = kc, *vf = vc;
     const uint16_t *kh = kc, *vh = vc;
+    const int8_t *k8 = kc, *v8 = vc;
     for (int s = 0; s < n_keys; s++)
         for (int h = 0; h < nq; h++)
             sc[(size_t)h * n_keys + s] =
-                (kv16 ? k->dot_f16(q + h * hd, kh + s * ld, hd) : k->dot(q + h * hd, kf + s * ld, hd)) * scale;
+                kv == BN_KV_F16 ? k->dot_f16(q + h * hd, kh + s * ld, hd) * scale
+                : kv == BN_KV_I8 ? dot_i8(q + h * hd, k8 + s * ld, hd) * scale * ks[s]
+                                 : k->dot(q + h * hd, kf + s * ld, hd) * scale;
     for (int h = 0; h < nq; h++) { /* softmax per head, in place */
         float *row = sc + (size_t)h * n_keys, mx = -INFINITY, sum = 0.0f;
         for (int s = 0; s < n_keys; s++) mx = row[s] > mx ? row[s] : mx;
@@ -172,36 +202,46 @@ static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, 
     memset(out, 0, sizeof(float) * (size_t)nq * hd);
     for (int s = 0; s < n_keys; s++)
         for (int h = 0; h < nq; h++) {
-            if (kv16) k->axpy_f16(sc[(size_t)h * n_keys + s], vh + s * ld, out + h * hd, hd);
-            else k->axpy(sc[(size_t)h * n_keys + s], vf + s * ld, out + h * hd, hd);
+            const float p = sc[(size_t)h * n_keys + s];
+            if (kv == BN_KV_F16) {
+                k->axpy_f16(p, vh + s * ld, out + h * hd, hd);
+            } else if (kv == BN_KV_I8) {
+                const float pv = p * vs[s];
+                for (int i = 0; i < hd; i++) out[h * hd + i] += pv * (float)v8[s * ld + i];
+            } else {
+                k->axpy(p, vf + s * ld, out + h * hd, hd);
+            }
         }
 }
 
 /* The generic multi-row attention (the reference, and the path of kernel tables without attend_rows): the same
  * item as attend_rows (kernels.h), one row at a time through attend_generic. */
 static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq, int nr, int nq, int hd, const void *kc,
-                                const void *vc, size_t ld, int kv16, const int *ends, float scale, float *sc, float *out,
-                                size_t ldo) {
+                                const void *vc, size_t ld, int kv, const float *ks, const float *vs, const int *ends,
+                                float scale, float *sc, float *out, size_t ldo) {
     for (int r = 0; r < nr; r++)
-        attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv16, ends[r], scale, sc, out + (size_t)r * ldo);
+        attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv, ks, vs, ends[r], scale, sc,
+                       out + (size_t)r * ldo);
 }
 
-/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: the `group` query heads of each token
- * that share K/V head g, all together, so each cached K and V row is read (and converted from fp16) once per tile of
- * tokens and head group. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end
+/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: the query heads [h0, h0 + nh) of each
+ * token's group that share K/V head g (all of them, or half: schedule.c), together, so each cached K and V row is
+ * read (and converted from fp16) once per tile of tokens and heads. Each head's numbers are its own (the kernels
+ * take heads in pairs, but a pair's two heads do not touch each other's sums), so a split changes none of them. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end
  * of its block (shared by the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit
  * rows: the tile first gathers their query heads into q_last (row t = batch token fa.rows[t]). */
-void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int thread) {
+void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int h0, int nh, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, group = m->n_heads / G;
     const int trimmed = trimmed_stage(e, l, STAGE_ATTENTION);
-    const float *q = e->qkv + (size_t)t0 * e->qkv_np + (size_t)g * group * hd; /* the group's heads, contiguous */
+    const size_t head0 = (size_t)(g * group + h0) * hd; /* the first of the item's query heads (contiguous) */
+    const float *q = e->qkv + (size_t)t0 * e->qkv_np + head0;
     size_t ldq = (size_t)e->qkv_np;
     if (trimmed) {
-        float *gathered = e->q_last + (size_t)t0 * m->dim + (size_t)g * group * hd;
+        float *gathered = e->q_last + (size_t)t0 * m->dim + head0;
         for (int r = 0; r < nr; r++)
-            memcpy(gathered + (size_t)r * m->dim, e->qkv + (size_t)e->fa.rows[t0 + r] * e->qkv_np + (size_t)g * group * hd,
-                   sizeof(float) * (size_t)group * hd);
+            memcpy(gathered + (size_t)r * m->dim, e->qkv + (size_t)e->fa.rows[t0 + r] * e->qkv_np + head0,
+                   sizeof(float) * (size_t)nh * hd);
         q = gathered;
         ldq = (size_t)m->dim;
     }
@@ -211,15 +251,16 @@ void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int thread) {
         int end = e->fa.block > 0 ? (pos / e->fa.block + 1) * e->fa.block : pos + 1; /* block or causal mask */
         ends[r] = end < e->fa.kv_end ? end : e->fa.kv_end;
     }
-    const size_t elem = e->kv16 ? sizeof(uint16_t) : sizeof(float);
-    const size_t off = ((size_t)l * G + g) * e->ctx * hd * elem; /* layer l, head g, position 0 */
+    const size_t head_row = ((size_t)l * G + g) * e->ctx; /* layer l, head g, position 0 */
+    const size_t off = head_row * hd * kv_elem_bytes(e->kv);
     const void *kc = (const char *)e->k_cache + off, *vc = (const char *)e->v_cache + off;
-    float *out = e->att + (size_t)t0 * m->dim + (size_t)g * group * hd;
+    const float *ks = e->k_scale ? e->k_scale + head_row : NULL, *vs = e->v_scale ? e->v_scale + head_row : NULL;
+    float *out = e->att + (size_t)t0 * m->dim + head0;
     float *sc = e->scores + (size_t)thread * e->scores_ld;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv16, ends, scale, sc,
-                                                 out, (size_t)m->dim))
-        attend_rows_generic(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv16, ends, scale, sc, out,
+    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, nh, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale,
+                                                 sc, out, (size_t)m->dim))
+        attend_rows_generic(e->k, q, ldq, nr, nh, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale, sc, out,
                             (size_t)m->dim);
 }
 
@@ -237,8 +278,8 @@ void bn_matmul_item(bn_engine *e, const stage *st, int i) {
     const int8_t *xq = xq_row(e, t0, st->kp, st->xq_run);
     switch (st->kind) {
         case KIND_TERNARY:
-            e->k->ternary_matmul(st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16,
-                                 u1 * 16, y, st->ldy);
+            (st->w->packing == BN_PACK_TRIT5 ? e->k->ternary5_matmul : e->k->ternary_matmul)(
+                st->w->codes, st->kp, st->w->scale, xq, e->xsum + t0, e->xinv + t0, rows, u0 * 16, u1 * 16, y, st->ldy);
             break;
         case KIND_INT8_HEAD:
             e->k->int8_matmul(e->m.head_i8, e->dp, e->m.head_scale, e->m.head_rowsum, xq, e->xinv + t0, rows,
@@ -301,7 +342,7 @@ static int grow_scratch(bn_engine *e, int T, int rows) {
     return 0;
 }
 
-bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_threads, const char *isa, int ctx,
+bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_threads, const char *isa, int ctx,
                             char *err, int errlen) {
     const bn_kernels *k = bn_select_kernels(isa);
     if (!k) { /* name the paths this CPU runs (dispatch.c's list) */
@@ -324,9 +365,20 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
         return NULL;
     }
     if (m->n_heads <= 0 || m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads || m->n_heads * m->head_dim != m->dim ||
-        m->head_dim % 2 || ctx <= 0 || (m->act != BN_ACT_RELU2 && m->act != BN_ACT_SILU) || !m->head_bf16) {
-        set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context)");
+        m->head_dim % 2 || m->head_dim > BN_MAX_HEAD_DIM || ctx <= 0 || (m->act != BN_ACT_RELU2 && m->act != BN_ACT_SILU) ||
+        !m->head_bf16 || kv < BN_KV_F32 || kv > BN_KV_I8) {
+        set_err(err, errlen, "inconsistent model shape (heads, kv heads, head_dim, hidden size or context) or KV type");
         return NULL;
+    }
+    for (int l = 0; l < m->n_layers; l++) { /* every matrix in a known layout; 1.6-bit ones not too wide (kernels.h) */
+        const bn_ternary *w[4] = {&m->layers[l].qkv, &m->layers[l].o, &m->layers[l].gate_up, &m->layers[l].down};
+        for (int i = 0; i < 4; i++)
+            if ((w[i]->packing != BN_PACK_2BIT && w[i]->packing != BN_PACK_TRIT5) ||
+                (w[i]->packing == BN_PACK_TRIT5 && ROUND16(w[i]->k) > BN_TRIT5_MAX_KP)) {
+                set_err(err, errlen, "a ternary matrix has an unknown packing, or is too wide for 1.6-bit tiles; "
+                                     "convert the checkpoint again with the 2-bit packing");
+                return NULL;
+            }
     }
     bn_engine *e = calloc(1, sizeof *e);
     if (!e) { set_err(err, errlen, "out of memory"); return NULL; }
@@ -337,7 +389,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     e->m.layers = e->layers;
     e->k = k;
     e->exact_head = exact_head;
-    e->kv16 = kv16;
+    e->kv = kv;
     e->ctx = ctx;
     e->dp = ROUND16(m->dim);
     e->ip = ROUND16(m->hidden);
@@ -345,10 +397,13 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     e->gu_np = ROUND16(2 * m->hidden);
     e->vp = ROUND16(m->vocab);
     e->xn_ld = e->dp > e->ip ? e->dp : e->ip;
-    const size_t kv = (size_t)m->n_layers * ctx * m->n_kv_heads * m->head_dim;
-    const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
-    e->k_cache = calloc(kv, elem); /* calloc: untouched pages cost no memory */
-    e->v_cache = calloc(kv, elem);
+    const size_t rows = (size_t)m->n_layers * ctx * m->n_kv_heads;
+    e->k_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv)); /* calloc: untouched pages cost no memory */
+    e->v_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv));
+    if (kv == BN_KV_I8) {
+        e->k_scale = calloc(rows, sizeof(float));
+        e->v_scale = calloc(rows, sizeof(float));
+    }
     const int half = m->head_dim / 2;
     e->rope_cos = malloc(sizeof(float) * (size_t)ctx * half);
     e->rope_sin = malloc(sizeof(float) * (size_t)ctx * half);
@@ -365,7 +420,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
     /* per thread, rounded to whole cache lines; malloc'ed pages are only touched as far as the keys go */
     e->scores_ld = (BN_ATTN_SCRATCH(ATTN_MAX_ROWS, m->n_heads / m->n_kv_heads, m->head_dim, ctx) + 15) / 16 * 16;
     e->scores = aligned_alloc(64, sizeof(float) * e->scores_ld * bn_pool_size(e->pool));
-    if (!e->k_cache || !e->v_cache || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages || !e->take ||
+    if (!e->k_cache || !e->v_cache || (kv == BN_KV_I8 && (!e->k_scale || !e->v_scale)) || !e->rope_cos || !e->rope_sin || !e->scores || !e->stages || !e->take ||
         !e->kv_layers) {
         bn_engine_free(e);
         set_err(err, errlen, "out of memory allocating the KV cache; use a shorter context");
@@ -389,7 +444,8 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv16, int n_t
 void bn_engine_free(bn_engine *e) {
     if (!e) return;
     bn_pool_free(e->pool);
-    free(e->layers); free(e->k_cache); free(e->v_cache); free(e->rope_cos); free(e->rope_sin);
+    free(e->layers); free(e->k_cache); free(e->v_cache); free(e->k_scale); free(e->v_scale);
+    free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
     free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->q_last); free(e->stages);
     free(e->take); free(e->kv_layers);

@@ -13,12 +13,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bitnet.h" /* enum bn_kv: the KV cache's element type */
+
+/* A ternary matmul (the signature of ternary_matmul and ternary5_matmul below) and a 1.6-bit -> 2-bit tile unpacker. */
+typedef void (*bn_ternary_fn)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                              const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+typedef void (*bn_unpack5_fn)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2);
+
 typedef struct {
     const char *name;
     /* Ternary W (N, K) tiles @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
      * y[t, n] = (sum_k W[n, k] * xq[t, k]) * xinv[t] * row_scale[n] */
     void (*ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+    /* The same product from the 1.6-bit tiles of W (Np/16, G5, 64), 5 codes a byte (bitnet_app/engine/packing.py;
+     * G5 = bn_trit5_groups(kp)): the same y, bit for bit, as ternary_matmul on the 2-bit tiles of the same weights.
+     * One token is decoded straight from the packed bytes; a batch unpacks each chunk of row tiles once into 2-bit
+     * tiles and runs ternary_matmul on them (bn_ternary5_batch). Needs kp <= BN_TRIT5_MAX_KP. */
+    void (*ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+    /* n_tiles consecutive row tiles of 1.6-bit codes (G5 groups each) -> the 2-bit tiles of the same weights
+     * (kp/16 groups each): the reference of the batch path, and its first step. */
+    void (*unpack5)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2);
     /* Int8 head tiles (Np/16, Kp/4, 64) @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
      * y[t, n] = (sum_k w8[n, k] * xq[t, k]) * xinv[t] * row_scale[n]; rowsum[n] = sum_k w8[n, k] */
     void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
@@ -47,13 +63,15 @@ typedef struct {
     int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
     /* Attention of a tile of nr consecutive query rows that share one K/V head. Row r (r < nr) has nq query
      * heads at q + r*ldq (nq*hd floats, contiguous) and sees keys s in [0, ends[r]) (ends non-decreasing,
-     * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements:
-     * fp16 bits if kv16, else float32). Per (row, head): out (hd) = softmax(q . k_s * scale) @ v, written to
-     * out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's result
-     * never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
+     * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements of
+     * type kv, enum bn_kv: float32, fp16 bits, or int8 whose rows' scales are ks[s] and vs[s], else NULL).
+     * Per (row, head): out (hd) = softmax(q . k_s * scale) @ v (int8: k_s = ks[s] * k8_s, v_s = vs[s] * v8_s),
+     * written to out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's
+     * result never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
      * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
-                       int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo);
+                       int kv, const float *ks, const float *vs, const int *ends, float scale, float *scratch,
+                       float *out, size_t ldo);
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):
@@ -83,6 +101,52 @@ typedef struct {
  * tok/s there (avx512, interleaved); 4 KB ahead was worse, 16 KB the same. */
 #define BN_FAR_PREFETCH_BYTES 8192
 
+/* 1.6-bit tiles (packing.py): G5 groups of 5 quads (20 columns, 64 bytes) per row tile, the last one possibly
+ * partial. The decode kernels sum 256 times each dot product in int32 (kernels_avx512.c), exact while
+ * 256 * 2 * 128 * kp < 2^31: kp at most BN_TRIT5_MAX_KP. */
+#define BN_TRIT5_QUADS 5
+#define BN_TRIT5_MAX_KP 32752
+static inline int bn_trit5_groups(int kp) { return (kp / 4 + BN_TRIT5_QUADS - 1) / BN_TRIT5_QUADS; }
+/* The unpacking of one 1.6-bit row tile (in, G5 groups) into 2-bit groups (out), as the SIMD files write it: quad m
+ * goes from digit m % 5 of group m / 5 to field m % 4 of group m / 4, a pattern that repeats every 20 quads (4 groups
+ * in, 5 out). RUN(in, out, nq) unpacks nq quads (a multiple of 4, at most 20) from the start of its arguments, with
+ * nq a constant here so that it unrolls: runs of 20, then the rest (kp is a multiple of 16: whole output groups). */
+#define BN_UNPACK5_RUNS(RUN, in, out, quads)                                                                     \
+    do {                                                                                                         \
+        const int runs_ = (quads) / 20;                                                                          \
+        for (int r_ = 0; r_ < runs_; r_++) RUN((in) + (size_t)r_ * 4 * 64, (out) + (size_t)r_ * 5 * 64, 20);     \
+        const uint8_t *in_ = (in) + (size_t)runs_ * 4 * 64;                                                      \
+        uint8_t *out_ = (out) + (size_t)runs_ * 5 * 64;                                                          \
+        switch ((quads) % 20) {                                                                                  \
+            case 16: RUN(in_, out_, 16); break;                                                                  \
+            case 12: RUN(in_, out_, 12); break;                                                                  \
+            case 8: RUN(in_, out_, 8); break;                                                                    \
+            case 4: RUN(in_, out_, 4); break;                                                                    \
+            default: break;                                                                                      \
+        }                                                                                                        \
+    } while (0)
+/* n_tiles consecutive 1.6-bit row tiles (tiles5, G5 groups each) -> their 2-bit tiles (tiles2, kp / 16 groups each),
+ * each tile's 64-byte groups taken `width` bytes at a time (a register: 32 for AVX2, 64 for AVX-512), RUN as above
+ * with in and out at that slice of the groups. */
+#define BN_UNPACK5_TILES(RUN, tiles5, kp, n_tiles, tiles2, width)                                                \
+    do {                                                                                                         \
+        const size_t in_tile_ = (size_t)bn_trit5_groups(kp) * 64, out_tile_ = (size_t)(kp) / 16 * 64;           \
+        for (int tile_ = 0; tile_ < (n_tiles); tile_++)                                                          \
+            for (int lane_ = 0; lane_ < 64; lane_ += (width))                                                    \
+                BN_UNPACK5_RUNS(RUN, (tiles5) + tile_ * in_tile_ + lane_, (tiles2) + tile_ * out_tile_ + lane_,  \
+                                (kp) / 4);                                                                       \
+    } while (0)
+/* thread_buffer.c: this thread's buffer for `use` (one of BN_SCRATCH_*), at least `bytes` long, 64-byte aligned; its
+ * contents are undefined at each call (it may have grown); NULL when out of memory. Freed when the thread ends. */
+enum { BN_SCRATCH_TILES5, BN_SCRATCH_AMX, BN_SCRATCH_USES };
+void *bn_thread_buffer(int use, size_t bytes);
+/* tiles5.c: ternary5_matmul for a batch (T > 1) from a path's parts: each chunk of row tiles unpacked once (unpack5)
+ * into this thread's buffer of 2-bit tiles and multiplied there (matmul2, the path's ternary_matmul); without memory
+ * for the buffer, token by token through one_token (the path's ternary5_matmul, which decodes one token in place). */
+void bn_ternary5_batch(bn_unpack5_fn unpack5, bn_ternary_fn matmul2, bn_ternary_fn one_token, const uint8_t *codes,
+                       int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum, const float *xinv,
+                       int T, int n0, int n1, float *y, int ldy);
+
 extern const bn_kernels bn_kernels_portable;
 #ifdef BN_HAVE_X86
 extern const bn_kernels bn_kernels_avx2;
@@ -91,11 +155,15 @@ extern const bn_kernels bn_kernels_avx512;
  * table), and the same code with vpdpbusd written in AVX2 (kernels_avxvnni_emulated.c, for tests) */
 void bn_avxvnni_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                         const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_avxvnni_emulated_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                         const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_avxvnni_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                                      const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #ifndef BN_NO_AVXVNNI /* setup.py defines it when the compiler has no -mavxvnni */
 void bn_avxvnni_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_avxvnni_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #endif
@@ -104,11 +172,15 @@ void bn_avxvnni_int8_matmul(const int8_t *w, int kp, const float *row_scale, con
  * AVX2 kernels (kernels_amx_emulated.c, for tests) */
 void bn_amx_emulated_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                     const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_amx_emulated_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                                     const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_amx_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                                  const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #ifndef BN_NO_AMX /* setup.py defines it when the compiler has no -mamx-int8 */
 void bn_amx_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+void bn_amx_ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_amx_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                         const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 #endif

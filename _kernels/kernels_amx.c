@@ -18,8 +18,6 @@
  * "amx-emulated", so the tests run this file's tiling on every machine). Apart from the tile instructions the code is
  * plain C that the compiler vectorizes.
  */
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -120,43 +118,17 @@ static void configure(int rows0, int rows1, int loaded[2]) {
 
 /* ---------------------------------------------------------------- per-thread scratch */
 
+/* This thread's scratch (thread_buffer.c), followed in the same buffer by room for `unpacked` bytes: two row tiles'
+ * codes as B tiles (2, blocks, QUADS, 64) (scratch_unpacked); NULL if out of memory. */
 typedef struct {
-    uint8_t *unpacked;  /* two row tiles' codes as B tiles: (2, blocks, QUADS, 64) */
-    size_t capacity;
     int32_t c[4][16 * 16];                  /* the C tiles, stored for scaling */
     int8_t a_tail[32 * 64];                 /* the last block of up to 32 tokens' activations, zero padded */
     uint8_t b_tail[2][TILE_BYTES];          /* the last block of two int8 head tiles, zero padded */
 } scratch;
+#define SCRATCH_BYTES ((sizeof(scratch) + 63) & ~(size_t)63)
 
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static void free_scratch(void *p) {
-    scratch *s = p;
-    free(s->unpacked);
-    free(s);
-}
-static void make_key(void) { pthread_key_create(&scratch_key, free_scratch); }
-
-/* This thread's scratch with room for `unpacked` bytes (grown, never shrunk: no allocation once warm); NULL if out
- * of memory. Freed when the thread ends. */
-static scratch *thread_scratch(size_t unpacked) {
-    pthread_once(&scratch_once, make_key);
-    scratch *s = pthread_getspecific(scratch_key);
-    if (!s) {
-        s = aligned_alloc(64, (sizeof *s + 63) & ~(size_t)63);
-        if (!s) return NULL;
-        memset(s, 0, sizeof *s);
-        if (pthread_setspecific(scratch_key, s)) { free(s); return NULL; }
-    }
-    if (unpacked > s->capacity) {
-        uint8_t *p = aligned_alloc(64, unpacked);
-        if (!p) return NULL;
-        free(s->unpacked);
-        s->unpacked = p;
-        s->capacity = unpacked;
-    }
-    return s;
-}
+static scratch *thread_scratch(size_t unpacked) { return bn_thread_buffer(BN_SCRATCH_AMX, SCRATCH_BYTES + unpacked); }
+static uint8_t *scratch_unpacked(scratch *s) { return (uint8_t *)s + SCRATCH_BYTES; }
 
 /* ---------------------------------------------------------------- the tiled product */
 
@@ -277,7 +249,7 @@ void ENTRY(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale,
     int loaded[2] = {-1, -1};
     for (int tile = n0 / 16; tile < n1 / 16; tile += 2) {
         const int rt = tile + 1 < n1 / 16 ? 2 : 1;
-        uint8_t *const b[2] = {s->unpacked, s->unpacked + tile_bytes};
+        uint8_t *const b[2] = {scratch_unpacked(s), scratch_unpacked(s) + tile_bytes};
         const uint8_t *const b_tail[2] = {b[0] + (size_t)(kp / 64) * TILE_BYTES, b[1] + (size_t)(kp / 64) * TILE_BYTES};
         const uint8_t *const rows[2] = {codes + (size_t)tile * (kp / 16) * 64, codes + (size_t)(tile + 1) * (kp / 16) * 64};
         for (int t0 = 0; t0 < T; t0 += 32)
@@ -285,6 +257,15 @@ void ENTRY(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale,
                         row_scale + tile * 16, y + (size_t)t0 * ldy + tile * 16, ldy);
     }
     TILE_RELEASE();
+}
+
+/* kernels.h's ternary5_matmul: below AMX_MIN_TOKENS the fallback's (its one-token decode), else each pair of row
+ * tiles unpacked into 2-bit tiles (the fallback's unpack5) and multiplied by the tiles above (tiles5.c) */
+void ENTRY(ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T < AMX_MIN_TOKENS) FALLBACK.ternary5_matmul(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+    else bn_ternary5_batch(FALLBACK.unpack5, ENTRY(ternary_matmul), FALLBACK.ternary5_matmul, codes, kp, row_scale,
+                           xq, xsum, xinv, T, n0, n1, y, ldy);
 }
 
 /* kernels.h's int8_matmul (the head): its tiles are B tiles as they lie in memory; the weights are signed, so no

@@ -70,6 +70,17 @@ static inline __attribute__((always_inline)) void ternary_half(
     }
 }
 
+/* y (16 rows) = (acc - xsum) * xinv * row_scale for the int32 sums of rows 0-7 (acc0) and 8-15 (acc1) of a tile */
+static inline void store_tile_rows(__m256i acc0, __m256i acc1, int32_t xsum, float xinv, const float *row_scale,
+                                   float *y) {
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i xs = _mm256_set1_epi32(xsum);
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
+                                      _mm256_loadu_ps(row_scale)));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
+                                          _mm256_loadu_ps(row_scale + 8)));
+}
+
 /* One token (decode) through a whole 16-row tile: per group of 16 columns both 32-byte halves (rows 0-7 and 8-15)
  * at once, so each 64-byte line of the tile is read once and each activation broadcast serves both halves.
  * (The multi-token path walks one half at a time over all groups, then the other; for one token that costs a
@@ -97,12 +108,7 @@ static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const
         acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
         acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
     }
-    const __m256 xi = _mm256_set1_ps(xinv);
-    const __m256i xs = _mm256_set1_epi32(xsum);
-    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc0, xs)), xi),
-                                      _mm256_loadu_ps(row_scale)));
-    _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc1, xs)), xi),
-                                          _mm256_loadu_ps(row_scale + 8)));
+    store_tile_rows(acc0, acc1, xsum, xinv, row_scale, y);
 }
 
 static inline __attribute__((always_inline)) void int8_half(
@@ -153,6 +159,109 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
 }
 
 #include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
+
+/* ---------------------------------------------------------------- 1.6-bit tiles (5 codes a byte, packing.py)
+ *
+ * Digit d of a byte q is its code c_d = 3 t_d >> 8 with t_d = q 3^d mod 256, i.e. [t_d >= 86] + [t_d >= 171]. In
+ * signed bytes s_d = t_d - 128 (q ^ 0x80) that is [s_d > -43] + [s_d > 42]: two vpcmpgtb whose -1s add up to
+ * -c_d; and s_{d+1} = 3 s_d mod 256 like t (two wrapping adds). The codes then go through vpmaddubsw exactly as
+ * the 2-bit kernels' do. (The VNNI paths' trick of summing t_d . x instead does not work here: vpmaddubsw would
+ * saturate on 255 x 128.) */
+
+/* The codes (0, 1, 2) of one digit of 32 packed bytes, whose signed form s_d is given; s_d becomes s_{d+1}. */
+static inline __m256i trit_codes(__m256i *s) {
+    const __m256i c = _mm256_abs_epi8(_mm256_add_epi8(_mm256_cmpgt_epi8(*s, _mm256_set1_epi8(-43)),
+                                                      _mm256_cmpgt_epi8(*s, _mm256_set1_epi8(42))));
+    *s = _mm256_add_epi8(*s, _mm256_add_epi8(*s, *s));
+    return c;
+}
+
+/* A lane gains at most 5 digits x 2 products x 2 x 128 = 2560 in magnitude per 64-byte group: 12 groups stay within
+ * int16 before the sums are widened to int32 (see GROUPS_PER_WIDEN). */
+#define GROUPS5_PER_WIDEN 12
+
+/* nd digits of one 64-byte group (both halves: rows 0-7 and 8-15) into the int16 sums s0, s1 */
+static inline __attribute__((always_inline)) void ternary5_group(const uint8_t *p, const int8_t *xg, const int nd,
+                                                                 __m256i *s0, __m256i *s1) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), flip);
+    __m256i b = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 32)), flip);
+#pragma GCC unroll 5
+    for (int d = 0; d < nd; d++) {
+        const __m256i xf = _mm256_set1_epi32(load_i32(xg + 4 * d));
+        *s0 = _mm256_add_epi16(*s0, _mm256_maddubs_epi16(trit_codes(&a), xf));
+        *s1 = _mm256_add_epi16(*s1, _mm256_maddubs_epi16(trit_codes(&b), xf));
+    }
+}
+
+/* One token through a whole 16-row tile of 1.6-bit codes: the same int32 sums as ternary_tile_1 on its 2-bit tile. */
+static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const float *row_scale, int32_t xsum,
+                            float xinv, float *y) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;
+    for (int g0 = 0; g0 < full; g0 += GROUPS5_PER_WIDEN) {
+        const int g1 = g0 + GROUPS5_PER_WIDEN < full ? g0 + GROUPS5_PER_WIDEN : full;
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        for (int g = g0; g < g1; g++) {
+            _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 */
+            ternary5_group(wt + (size_t)g * 64, x + 20 * g, BN_TRIT5_QUADS, &s0, &s1);
+        }
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
+    }
+    if (rest) { /* the last group's quads, when kp / 4 is not a multiple of 5 */
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        const uint8_t *p = wt + (size_t)full * 64;
+        const int8_t *xg = x + 20 * full;
+        switch (rest) {
+            case 4: ternary5_group(p, xg, 4, &s0, &s1); break;
+            case 3: ternary5_group(p, xg, 3, &s0, &s1); break;
+            case 2: ternary5_group(p, xg, 2, &s0, &s1); break;
+            default: ternary5_group(p, xg, 1, &s0, &s1); break;
+        }
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
+    }
+    store_tile_rows(acc0, acc1, xsum, xinv, row_scale, y);
+}
+
+/* 1.6-bit tiles -> 2-bit tiles (kernels.h unpack5): quad m's codes, digit m % 5 of group m / 5, shifted into field
+ * m % 4 of group m / 4 (a code is at most 2, so the 16-bit shift never crosses into the next byte). The pattern
+ * repeats every 20 quads (4 groups in, 5 out): unpack5_run takes nq quads (a multiple of 4, at most 20) of one
+ * 32-byte half, with every index a constant once inlined. */
+static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in, uint8_t *out, const int nq) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i s = _mm256_setzero_si256(), acc = s;
+#pragma GCC unroll 20
+    for (int m = 0; m < nq; m++) {
+        if (m % BN_TRIT5_QUADS == 0)
+            s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in + (m / BN_TRIT5_QUADS) * 64)), flip);
+        acc = _mm256_or_si256(acc, _mm256_slli_epi16(trit_codes(&s), 2 * (m % 4)));
+        if (m % 4 == 3) {
+            _mm256_storeu_si256((__m256i *)(out + (m / 4) * 64), acc);
+            acc = _mm256_setzero_si256();
+        }
+    }
+}
+
+static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
+    BN_UNPACK5_TILES(unpack5_run, tiles5, kp, n_tiles, tiles2, 32);
+}
+
+static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T > 1) {
+        bn_ternary5_batch(unpack5, ternary_walk, ternary5_matmul, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y,
+                          ldy);
+        return;
+    }
+    const size_t tile_bytes = (size_t)bn_trit5_groups(kp) * 64;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        ternary5_tile_1(codes + (size_t)tile * tile_bytes, kp, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                        y + tile * 16);
+}
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -376,38 +485,21 @@ static inline __m256 exp_nonpos(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-static inline __attribute__((always_inline)) __m256 load_kv(const void *base, const int kv16, size_t i) {
-    return kv16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
-                : _mm256_loadu_ps((const float *)base + i);
+/* 8 cache elements i.. of a K or V source as floats: kv (enum bn_kv) float32, fp16 bits, or int8 (its integers,
+ * exactly; the row's scale is applied by the caller) */
+static inline __attribute__((always_inline)) __m256 load_kv(const void *base, const int kv, size_t i) {
+    if (kv == BN_KV_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    if (kv == BN_KV_I8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)base + i))));
+    return _mm256_loadu_ps((const float *)base + i);
 }
+static inline size_t kv_elem(const int kv) { return kv == BN_KV_F16 ? 2 : kv == BN_KV_I8 ? 1 : 4; }
 
 /* lanes j = horizontal sum of a[j], j < 8 */
 static inline __m256 sum8(const __m256 a[8]) {
     const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
     const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
     return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
-/* scores out[j] = (q . k_{s0+j}) * scale for j < nk (nk <= 8): eight keys at a time, one vector sum for all */
-static inline __attribute__((always_inline)) void scores8(const float *q, int hd, const void *k, size_t ld,
-                                                          const int kv16, int s0, const int nk, float scale, float *out) {
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
-    for (int d = 0; d < hd; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + d);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            if (j < nk) acc[j] = _mm256_fmadd_ps(qv, load_kv(k, kv16, (size_t)(s0 + j) * ld + d), acc[j]);
-    }
-    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale));
-    if (nk == 8) {
-        _mm256_storeu_ps(out + s0, v);
-    } else {
-        float buf[8];
-        _mm256_storeu_ps(buf, v);
-        memcpy(out + s0, buf, sizeof(float) * (size_t)nk);
-    }
 }
 
 /* max of row (n floats; -inf when n = 0 or every entry is NaN: a NaN entry keeps the running max, as the scalar
@@ -455,19 +547,22 @@ static void softmax_row(float *row, int n) {
 }
 
 /* ---- multi-row attention (kernels.h, attend_rows)
- * Key and value rows come from a source: base + s*ld elements, fp16 bits (kv16) or float32. With an fp16 cache and
- * several rows, the first pass over a tile converts it (exactly: every half is a float) into a float32 tile (rows of
- * hd) while computing with it, and every later (row, head) of the item reads the tile: each half is converted once
- * per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or unused (KEEP = 0). */
+ * Key and value rows come from a source: base + s*ld elements, float32, fp16 bits or int8 (`kv`: an enum bn_kv;
+ * an int8 row's scale multiplies its score, or its probability before the values pass). With an fp16 or int8 cache
+ * and several rows, the first pass over a tile converts it (exactly: every half and every int8 is a float) into a
+ * float32 tile (rows of hd) while computing with it, and every later (row, head) of the item reads the tile: each
+ * element is converted once per item instead of once per query row and head. `keep` is that tile (KEEP = 1), or
+ * unused (KEEP = 0). */
 
 
 /* Scores of one or two query heads (NH; qa, qb) for keys k + j*ld, j < nk <= 4 (NH = 2) or 8 (NH = 1):
- * ra[j] (rb[j]) = (q . k_j) * scale. Eight dot products share one vector sum (sum8); each is an FMA chain over
- * its 8 lanes then the pairwise lane sum, the numbers of the per-token kernel before this one. */
+ * ra[j] (rb[j]) = (q . k_j) * scale, times ks[j] for an int8 cache (ks: the keys' scales, else NULL). Eight dot
+ * products share one vector sum (sum8); each is an FMA chain over its 8 lanes then the pairwise lane sum, the
+ * numbers of the per-token kernel before this one. */
 static inline __attribute__((always_inline)) void scores_group(const float *qa, const float *qb, const int NH, int hd,
-                                                               const void *k, size_t ld, const int kv16, const int nk,
-                                                               float scale, float *ra, float *rb, float *keep,
-                                                               const int KEEP) {
+                                                               const void *k, size_t ld, const int kv, const int nk,
+                                                               float scale, const float *ks, float *ra, float *rb,
+                                                               float *keep, const int KEEP) {
     const int per = NH == 2 ? 4 : 8; /* keys per head in the eight accumulators */
     __m256 acc[8];
 #pragma GCC unroll 8
@@ -477,14 +572,23 @@ static inline __attribute__((always_inline)) void scores_group(const float *qa, 
 #pragma GCC unroll 8
         for (int j = 0; j < per; j++)
             if (j < nk) {
-                __m256 kv = load_kv(k, kv16, (size_t)j * ld + d);
-                if (NH == 2) KEEP_IN_REGISTER(kv);
-                if (KEEP) _mm256_storeu_ps(keep + (size_t)j * hd + d, kv);
-                acc[j] = _mm256_fmadd_ps(a, kv, acc[j]);
-                if (NH == 2) acc[4 + j] = _mm256_fmadd_ps(b, kv, acc[4 + j]);
+                __m256 kr = load_kv(k, kv, (size_t)j * ld + d);
+                if (NH == 2) KEEP_IN_REGISTER(kr);
+                if (KEEP) _mm256_storeu_ps(keep + (size_t)j * hd + d, kr);
+                acc[j] = _mm256_fmadd_ps(a, kr, acc[j]);
+                if (NH == 2) acc[4 + j] = _mm256_fmadd_ps(b, kr, acc[4 + j]);
             }
     }
-    const __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale)); /* NH = 2: [qa . k_0..3 | qb . k_0..3] */
+    __m256 v = _mm256_mul_ps(sum8(acc), _mm256_set1_ps(scale)); /* NH = 2: [qa . k_0..3 | qb . k_0..3] */
+    if (ks) { /* the int8 keys' scales, in the same lanes */
+        if (nk == per) {
+            v = _mm256_mul_ps(v, NH == 2 ? _mm256_broadcast_ps((const __m128 *)ks) : _mm256_loadu_ps(ks));
+        } else {
+            float sc[8] = {0};
+            for (int j = 0; j < nk; j++) sc[j] = sc[NH == 2 ? 4 + j : j] = ks[j];
+            v = _mm256_mul_ps(v, _mm256_loadu_ps(sc));
+        }
+    }
     if (nk == per) {
         if (NH == 2) {
             _mm_storeu_ps(ra, _mm256_castps256_ps128(v));
@@ -500,19 +604,19 @@ static inline __attribute__((always_inline)) void scores_group(const float *qa, 
     }
 }
 
-/* ra[j] (and rb[j]) for the nk keys k + j*ld of one tile, j < nk */
+/* ra[j] (and rb[j]) for the nk keys k + j*ld of one tile, j < nk (ks: their int8 scales, or NULL) */
 static inline __attribute__((always_inline)) void scores_run(const float *qa, const float *qb, const int NH, int hd,
-                                                             const void *k, size_t ld, const int kv16, int nk,
-                                                             float scale, float *ra, float *rb, float *keep,
-                                                             const int KEEP) {
+                                                             const void *k, size_t ld, const int kv, int nk,
+                                                             float scale, const float *ks, float *ra, float *rb,
+                                                             float *keep, const int KEEP) {
     const int per = NH == 2 ? 4 : 8;
     int j = 0;
     for (; j + per <= nk; j += per)
-        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * (kv16 ? 2 : 4), ld, kv16, per, scale, ra + j,
-                     rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
+        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * kv_elem(kv), ld, kv, per, scale,
+                     ks ? ks + j : NULL, ra + j, rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
     if (j < nk)
-        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * (kv16 ? 2 : 4), ld, kv16, nk - j, scale, ra + j,
-                     rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
+        scores_group(qa, qb, NH, hd, (const char *)k + j * ld * kv_elem(kv), ld, kv, nk - j, scale,
+                     ks ? ks + j : NULL, ra + j, rb + j, keep + (KEEP ? (size_t)j * hd : 0), KEEP);
 }
 
 /* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows v + s*ld), and the same for ob, pb when NH = 2 (each
@@ -520,7 +624,7 @@ static inline __attribute__((always_inline)) void scores_run(const float *qa, co
  * fresh: the first tile, whose chains start from zero instead of loading oa (which then need not be cleared
  * first: a load right after memset's stores waits for them, ~15% of the attention's time). */
 static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, const int NH, int n,
-                                                              const void *v, size_t ld, const int kv16, int c0,
+                                                              const void *v, size_t ld, const int kv, int c0,
                                                               const int NC, float *oa, float *ob, float *keep, int hd,
                                                               const int KEEP, int fresh) {
     __m256 a[6], b[6];
@@ -533,7 +637,7 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
         const __m256 xa = _mm256_set1_ps(pa[s]), xb = NH == 2 ? _mm256_set1_ps(pb[s]) : xa;
 #pragma GCC unroll 6
         for (int c = 0; c < NC; c++) {
-            __m256 vv = load_kv(v, kv16, (size_t)s * ld + c0 + 8 * c);
+            __m256 vv = load_kv(v, kv, (size_t)s * ld + c0 + 8 * c);
             if (NH == 2) KEEP_IN_REGISTER(vv);
             if (KEEP) _mm256_storeu_ps(keep + (size_t)s * hd + c0 + 8 * c, vv);
             a[c] = _mm256_fmadd_ps(xa, vv, a[c]);
@@ -550,14 +654,14 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
 /* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2) over the n value rows of one tile, all hd columns, 48 at
  * a time (12 accumulators for two heads) */
 static inline __attribute__((always_inline)) void values_run(const float *pa, const float *pb, const int NH, int n,
-                                                             int hd, const void *v, size_t ld, const int kv16,
+                                                             int hd, const void *v, size_t ld, const int kv,
                                                              float *oa, float *ob, float *keep, const int KEEP, int fresh) {
     for (int c0 = 0; c0 < hd; c0 += 48) {
         switch ((hd - c0) / 8 < 6 ? (hd - c0) / 8 : 6) {
 #define VALUES_CASE(NC) \
-    case NC: values_cols(pa, pb, NH, n, v, ld, kv16, c0, NC, oa, ob, keep, hd, KEEP, fresh); break;
+    case NC: values_cols(pa, pb, NH, n, v, ld, kv, c0, NC, oa, ob, keep, hd, KEEP, fresh); break;
             VALUES_CASE(6) VALUES_CASE(5) VALUES_CASE(4) VALUES_CASE(3) VALUES_CASE(2)
-            default: values_cols(pa, pb, NH, n, v, ld, kv16, c0, 1, oa, ob, keep, hd, KEEP, fresh); break;
+            default: values_cols(pa, pb, NH, n, v, ld, kv, c0, 1, oa, ob, keep, hd, KEEP, fresh); break;
 #undef VALUES_CASE
         }
     }
@@ -572,19 +676,28 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
  * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
  * the fp16 cache and keeping the converted tile for the others. */
 #define KEY_TILE BN_ATTN_KEY_TILE
+
+/* p[s] *= sc[s] for s < n */
+static void scale_by(float *p, const float *sc, int n) {
+    int s = 0;
+    for (; s + 8 <= n; s += 8) _mm256_storeu_ps(p + s, _mm256_mul_ps(_mm256_loadu_ps(p + s), _mm256_loadu_ps(sc + s)));
+    for (; s < n; s++) p[s] *= sc[s];
+}
+
 static inline __attribute__((always_inline)) void attend_rows_kv(const float *q, size_t ldq, int nr, int nq, int hd,
-                                                                 const void *k, const void *v, size_t ld, const int kv16,
-                                                                 const int *ends, float scale, float *scratch, float *out,
-                                                                 size_t ldo) {
+                                                                 const void *k, const void *v, size_t ld, const int kv,
+                                                                 const float *ks, const float *vs, const int *ends,
+                                                                 float scale, float *scratch, float *out, size_t ldo) {
     int last = nr - 1; /* the row with the largest end (the last one: ends are non-decreasing) */
     for (int r = 0; r < nr; r++) last = ends[r] > ends[last] ? r : last;
-    const int E = ends[last], conv = kv16 && nr > 1; /* conv: convert each tile once, into `tile` */
-    const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
+    const int E = ends[last], conv = kv != BN_KV_F32 && nr > 1; /* conv: convert each tile once, into `tile` */
+    const size_t elem = kv_elem(kv);
     float *tile = scratch + (size_t)nr * nq * E;
 #define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * E)
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)k + (size_t)s0 * ld * elem;
+        const float *kst = ks ? ks + s0 : NULL;
         for (int i = 0; i < nr; i++) {
             const int r = i == 0 ? last : i - 1 + (i - 1 >= last);      /* the last row first */
             const int nk = (ends[r] < s0 + n ? ends[r] : s0 + n) - s0; /* keys of this tile row r sees */
@@ -594,9 +707,9 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
                 float *ra = SCORES(r, h) + s0, *rb = two ? SCORES(r, h + 1) + s0 : ra;
                 const float *qa = qr + (size_t)h * hd, *qb = two ? qa + hd : qa;
 #define SCORES_FROM(NH)                                                                                  \
-    if (!conv) scores_run(qa, qb, NH, hd, src, ld, kv16, nk, scale, ra, rb, NULL, 0);                    \
-    else if (i == 0 && h == 0) scores_run(qa, qb, NH, hd, src, ld, 1, nk, scale, ra, rb, tile, 1);       \
-    else scores_run(qa, qb, NH, hd, tile, (size_t)hd, 0, nk, scale, ra, rb, NULL, 0);
+    if (!conv) scores_run(qa, qb, NH, hd, src, ld, kv, nk, scale, kst, ra, rb, NULL, 0);               \
+    else if (i == 0 && h == 0) scores_run(qa, qb, NH, hd, src, ld, kv, nk, scale, kst, ra, rb, tile, 1); \
+    else scores_run(qa, qb, NH, hd, tile, (size_t)hd, BN_KV_F32, nk, scale, kst, ra, rb, NULL, 0);
                 if (two) { SCORES_FROM(2) } else { SCORES_FROM(1) }
 #undef SCORES_FROM
                 h += two ? 2 : 1;
@@ -604,7 +717,10 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
         }
     }
     for (int r = 0; r < nr; r++) /* (out is not cleared: the first tile, which every row sees, starts the sums) */
-        for (int h = 0; h < nq; h++) softmax_row(SCORES(r, h), ends[r]);
+        for (int h = 0; h < nq; h++) {
+            softmax_row(SCORES(r, h), ends[r]);
+            if (vs) scale_by(SCORES(r, h), vs, ends[r]); /* int8 values: p_s * vscale_s */
+        }
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)v + (size_t)s0 * ld * elem;
@@ -618,9 +734,9 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
                 const float *pa = SCORES(r, h) + s0, *pb = two ? SCORES(r, h + 1) + s0 : pa;
                 float *oa = orow + (size_t)h * hd, *ob = two ? oa + hd : oa;
 #define VALUES_FROM(NH)                                                                                  \
-    if (!conv) values_run(pa, pb, NH, nk, hd, src, ld, kv16, oa, ob, NULL, 0, s0 == 0);                  \
-    else if (i == 0 && h == 0) values_run(pa, pb, NH, nk, hd, src, ld, 1, oa, ob, tile, 1, s0 == 0);     \
-    else values_run(pa, pb, NH, nk, hd, tile, (size_t)hd, 0, oa, ob, NULL, 0, s0 == 0);
+    if (!conv) values_run(pa, pb, NH, nk, hd, src, ld, kv, oa, ob, NULL, 0, s0 == 0);                  \
+    else if (i == 0 && h == 0) values_run(pa, pb, NH, nk, hd, src, ld, kv, oa, ob, tile, 1, s0 == 0);  \
+    else values_run(pa, pb, NH, nk, hd, tile, (size_t)hd, BN_KV_F32, oa, ob, NULL, 0, s0 == 0);
                 if (two) { VALUES_FROM(2) } else { VALUES_FROM(1) }
 #undef VALUES_FROM
                 h += two ? 2 : 1;
@@ -819,17 +935,22 @@ static int select_at_least(const double *w, int n, double t, int *out) {
 
 /* Head sizes that are a multiple of 8 (every real model); others go to forward.c's generic loop. */
 static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
-                       int kv16, const int *ends, float scale, float *scratch, float *out, size_t ldo) {
+                       int kv, const float *ks, const float *vs, const int *ends, float scale, float *scratch,
+                       float *out, size_t ldo) {
     if (hd % 8 || nr <= 0) return 0;
     for (int r = 0; r < nr; r++)
         if (ends[r] <= 0) return 0;
-    if (kv16) attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 1, ends, scale, scratch, out, ldo);
-    else attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, 0, ends, scale, scratch, out, ldo);
+    switch (kv) { /* the cache's element type a constant inside */
+        case BN_KV_F16: attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F16, NULL, NULL, ends, scale, scratch, out, ldo); break;
+        case BN_KV_I8: attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_I8, ks, vs, ends, scale, scratch, out, ldo); break;
+        default: attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F32, NULL, NULL, ends, scale, scratch, out, ldo);
+    }
     return 1;
 }
 
 const bn_kernels bn_kernels_avx2 = {
-    .name = "avx2", .ternary_matmul = ternary_walk, .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
+    .name = "avx2", .ternary_matmul = ternary_walk, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
+    .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
     .norm_quant = norm_quant, .attend_rows = attend_rows, .silu_mul = silu_mul, .max_first = max_first,

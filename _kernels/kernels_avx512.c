@@ -10,6 +10,8 @@
  * (x ^ 0x80 == x + 128), so the sum carries 128 * rowsum[n], removed at the end.
  */
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -106,6 +108,173 @@ static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale,
         for (; tile + 2 <= n1 / 16; tile += 2) { DISPATCH_BLOCKS(TERNARY_CALL, 2) }
     for (; tile < n1 / 16; tile++) { DISPATCH_BLOCKS(TERNARY_CALL, 1) }
 #undef TERNARY_CALL
+}
+
+/* ---------------------------------------------------------------- 1.6-bit tiles (5 codes a byte, packing.py)
+ *
+ * One token: a 64-byte group holds 16 rows x 20 columns; digit d of its bytes is the code of columns 4d + j. With
+ * t_d = q 3^d mod 256 (t_{d+1} = 3 t_d: two wrapping byte adds) the code is c_d = (3 t_d - t_{d+1}) / 256, so
+ *   256 * sum_d c_d . x_d = 3 * sum_d t_d . x_d - sum_d t_{d+1} . x_d
+ * and the codes are never formed: two vpdpbusd per digit (u8 t x s8 activations, as the 2-bit kernel's codes), one
+ * into A, one into B, and (3A - B) >> 8 at the end. Each product is at most 255 x 128, so A and B may wrap in int32,
+ * but 3A - B = 256 x (the code sum), which fits while kp <= BN_TRIT5_MAX_KP: the wrapped difference is exact. One
+ * accumulator per digit (10 in all), so consecutive vpdpbusd do not wait for each other. A batch: tiles5.c. */
+static inline __attribute__((always_inline)) void ternary5_group(__m512i t, const int8_t *xg, const int nd,
+                                                                 __m512i a[BN_TRIT5_QUADS], __m512i b[BN_TRIT5_QUADS]) {
+#pragma GCC unroll 5
+    for (int d = 0; d < nd; d++) {
+        const __m512i xb = _mm512_set1_epi32(load_i32(xg + 4 * d));
+        a[d] = _mm512_dpbusd_epi32(a[d], t, xb);
+        t = _mm512_add_epi8(t, _mm512_add_epi8(t, t)); /* t_{d+1} = 3 t_d mod 256 */
+        b[d] = _mm512_dpbusd_epi32(b[d], t, xb);
+    }
+}
+
+static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const float *row_scale, int32_t xsum,
+                            float xinv, float *y) {
+    const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
+    __m512i a[BN_TRIT5_QUADS], b[BN_TRIT5_QUADS];
+#pragma GCC unroll 5
+    for (int d = 0; d < BN_TRIT5_QUADS; d++) a[d] = b[d] = _mm512_setzero_si512();
+    for (int g = 0; g < full; g++) {
+        const uint8_t *p = wt + (size_t)g * 64;
+        _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
+        ternary5_group(_mm512_loadu_si512((const void *)p), x + 20 * g, BN_TRIT5_QUADS, a, b);
+    }
+    switch (rest) { /* the last group's quads, when kp / 4 is not a multiple of 5 */
+        case 4: ternary5_group(_mm512_loadu_si512((const void *)(wt + (size_t)full * 64)), x + 20 * full, 4, a, b); break;
+        case 3: ternary5_group(_mm512_loadu_si512((const void *)(wt + (size_t)full * 64)), x + 20 * full, 3, a, b); break;
+        case 2: ternary5_group(_mm512_loadu_si512((const void *)(wt + (size_t)full * 64)), x + 20 * full, 2, a, b); break;
+        case 1: ternary5_group(_mm512_loadu_si512((const void *)(wt + (size_t)full * 64)), x + 20 * full, 1, a, b); break;
+        default: break;
+    }
+    const __m512i A = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3])), a[4]);
+    const __m512i B = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(b[0], b[1]), _mm512_add_epi32(b[2], b[3])), b[4]);
+    const __m512i codes_x = _mm512_srai_epi32(_mm512_sub_epi32(_mm512_add_epi32(A, _mm512_add_epi32(A, A)), B), 8);
+    const __m512i sum = _mm512_sub_epi32(codes_x, _mm512_set1_epi32(xsum));
+    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xinv)),
+                                      _mm512_loadu_ps(row_scale)));
+}
+
+/* 1.6-bit tiles -> 2-bit tiles (kernels.h unpack5). Quad m's codes (digit m % 5 of group m / 5) go to field m % 4 of
+ * group m / 4, so the pattern repeats every 20 quads (4 groups in, 5 out): unpack5_run takes nq quads (a multiple of
+ * 4, at most 20) from `in` with every index a constant once inlined. A digit's code is [t >= 86] + [t >= 171]
+ * (= 3t >> 8), added to its field as two masked adds. */
+static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in, uint8_t *out, const int nq) {
+    const __m512i lo = _mm512_set1_epi8(86), hi = _mm512_set1_epi8((char)171);
+    __m512i t = _mm512_setzero_si512(), acc = _mm512_setzero_si512();
+#pragma GCC unroll 20
+    for (int m = 0; m < nq; m++) {
+        if (m % BN_TRIT5_QUADS == 0) t = _mm512_loadu_si512((const void *)(in + (m / BN_TRIT5_QUADS) * 64));
+        const __m512i field = _mm512_set1_epi8((char)(1 << (2 * (m % 4))));
+        acc = _mm512_mask_add_epi8(acc, _mm512_cmpge_epu8_mask(t, lo), acc, field);
+        acc = _mm512_mask_add_epi8(acc, _mm512_cmpge_epu8_mask(t, hi), acc, field);
+        t = _mm512_add_epi8(t, _mm512_add_epi8(t, t));
+        if (m % 4 == 3) {
+            _mm512_storeu_si512((void *)(out + (m / 4) * 64), acc);
+            acc = _mm512_setzero_si512();
+        }
+    }
+}
+
+static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
+    BN_UNPACK5_TILES(unpack5_run, tiles5, kp, n_tiles, tiles2, 64);
+}
+
+/* The same unpacking with AVX512-VBMI's byte permutes (Zen 4, Ice Lake and later Intel; not Skylake-X or Cascade
+ * Lake), about 3x fewer instructions: two 256-entry tables map each byte q to F4 = c0 | c1 << 2 | c2 << 4 | c3 << 6
+ * (its first four codes as one 2-bit byte) and to C4 = c4 (each lookup: two 128-entry vpermi2b and a blend on bit 7
+ * of q). Of 4 groups in, 5 groups out: out0 = F4(g0); out1 = C4(g0) | F4(g1) << 2; out2 = F4(g1) >> 6 | C4(g1) << 2 |
+ * F4(g2) << 4; out3 = F4(g2) >> 4 | C4(g2) << 4 | F4(g3) << 6; out4 = F4(g3) >> 2 | C4(g3) << 6, each shift a 16-bit
+ * one whose bits from the neighbouring byte a vpternlogd clears. */
+static uint8_t vbmi_tables[2][256]; /* [F4, C4][q] */
+static pthread_once_t vbmi_once = PTHREAD_ONCE_INIT;
+static void fill_vbmi_tables(void) {
+    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
+    for (unsigned q = 0; q < 256; q++) {
+        unsigned c[BN_TRIT5_QUADS];
+        for (int d = 0; d < BN_TRIT5_QUADS; d++) c[d] = (3 * ((q * POW3[d]) & 255)) >> 8;
+        vbmi_tables[0][q] = (uint8_t)(c[0] | c[1] << 2 | c[2] << 4 | c[3] << 6);
+        vbmi_tables[1][q] = (uint8_t)c[4];
+    }
+}
+
+typedef struct {
+    __m512i f4[4], c4[4]; /* each table as four 64-byte registers */
+} vbmi_luts;
+
+__attribute__((target("avx512vbmi"))) static inline void vbmi_lookup(const vbmi_luts *t, __m512i q, __m512i *f4,
+                                                                     __m512i *c4) {
+    const __mmask64 high = _mm512_movepi8_mask(q); /* q >= 128: the tables' second half */
+    *f4 = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t->f4[0], q, t->f4[1]),
+                                 _mm512_permutex2var_epi8(t->f4[2], q, t->f4[3]));
+    *c4 = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t->c4[0], q, t->c4[1]),
+                                 _mm512_permutex2var_epi8(t->c4[2], q, t->c4[3]));
+}
+
+/* (a & m) | b in one vpternlogd: operands A = a, B = b, C = m, truth table (A & C) | B = 0xEC */
+#define AND_OR(a, m, b) _mm512_ternarylogic_epi32((a), (b), (m), 0xEC)
+
+/* nq quads (a multiple of 4, at most 20) of one row tile: the output groups nq / 4 */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void unpack5_vbmi_run(
+    const vbmi_luts *t, const uint8_t *in, uint8_t *out, const int nq) {
+    __m512i f[4], c[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < (nq + 4) / 5; g++) vbmi_lookup(t, _mm512_loadu_si512((const void *)(in + g * 64)), &f[g], &c[g]);
+    _mm512_storeu_si512((void *)out, f[0]);
+    if (nq > 4) /* C4(g0) | F4(g1) << 2 */
+        _mm512_storeu_si512((void *)(out + 64), AND_OR(_mm512_slli_epi16(f[1], 2), _mm512_set1_epi8((char)0xFC), c[0]));
+    if (nq > 8) { /* F4(g1) >> 6 | C4(g1) << 2 | F4(g2) << 4 */
+        const __m512i lo = AND_OR(_mm512_srli_epi16(f[1], 6), _mm512_set1_epi8(0x03), _mm512_slli_epi16(c[1], 2));
+        _mm512_storeu_si512((void *)(out + 128), AND_OR(_mm512_slli_epi16(f[2], 4), _mm512_set1_epi8((char)0xF0), lo));
+    }
+    if (nq > 12) { /* F4(g2) >> 4 | C4(g2) << 4 | F4(g3) << 6 */
+        const __m512i lo = AND_OR(_mm512_srli_epi16(f[2], 4), _mm512_set1_epi8(0x0F), _mm512_slli_epi16(c[2], 4));
+        _mm512_storeu_si512((void *)(out + 192), AND_OR(_mm512_slli_epi16(f[3], 6), _mm512_set1_epi8((char)0xC0), lo));
+    }
+    if (nq > 16) /* F4(g3) >> 2 | C4(g3) << 6 */
+        _mm512_storeu_si512((void *)(out + 256), AND_OR(_mm512_srli_epi16(f[3], 2), _mm512_set1_epi8(0x3F),
+                                                        _mm512_slli_epi16(c[3], 6)));
+}
+
+__attribute__((target("avx512vbmi"))) static void unpack5_vbmi(const uint8_t *tiles5, int kp, int n_tiles,
+                                                               uint8_t *tiles2) {
+    pthread_once(&vbmi_once, fill_vbmi_tables);
+    vbmi_luts t;
+    for (int i = 0; i < 4; i++) {
+        t.f4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[0] + 64 * i));
+        t.c4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[1] + 64 * i));
+    }
+#define VBMI_RUN(in, out, nq) unpack5_vbmi_run(&t, in, out, nq)
+    BN_UNPACK5_TILES(VBMI_RUN, tiles5, kp, n_tiles, tiles2, 64);
+#undef VBMI_RUN
+}
+
+/* The unpacking this CPU runs fastest (the path's table entry unpack5, the batches of ternary5_matmul). BITNET_NO_VBMI
+ * (any value) keeps the plain one, so the tests run both on a VBMI machine. */
+static bn_unpack5_fn best_unpack5;
+static pthread_once_t unpack5_once = PTHREAD_ONCE_INIT;
+static void choose_unpack5(void) {
+    __builtin_cpu_init();
+    best_unpack5 = __builtin_cpu_supports("avx512vbmi") && !getenv("BITNET_NO_VBMI") ? unpack5_vbmi : unpack5;
+}
+static void unpack5_best(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
+    pthread_once(&unpack5_once, choose_unpack5);
+    best_unpack5(tiles5, kp, n_tiles, tiles2);
+}
+
+static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T > 1) {
+        bn_ternary5_batch(unpack5_best, ternary_matmul, ternary5_matmul, codes, kp, row_scale, xq, xsum, xinv, T, n0,
+                          n1, y, ldy);
+        return;
+    }
+    const size_t tile_bytes = (size_t)bn_trit5_groups(kp) * 64;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        ternary5_tile_1(codes + (size_t)tile * tile_bytes, kp, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                        y + tile * 16);
 }
 
 static inline __attribute__((always_inline)) void int8_block(
@@ -312,6 +481,9 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     }
 }
 
-const bn_kernels bn_kernels_avx512 = {"avx512", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                      sumsq, absmax, quantize, norm_apply, relu2_mul, add,
-                                      to_f16, dot_f16, axpy_f16};
+const bn_kernels bn_kernels_avx512 = {
+    .name = "avx512", .ternary_matmul = ternary_matmul, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5_best,
+    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, .dot = dot, .axpy = axpy, .sumsq = sumsq,
+    .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply, .relu2_mul = relu2_mul, .add = add,
+    .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
+};

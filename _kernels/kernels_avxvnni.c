@@ -164,6 +164,65 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
 
 #include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
 
+/* One token through a whole 16-row tile of 1.6-bit codes (5 a byte): the AVX-512 kernel's sums (kernels_avx512.c
+ * ternary5_tile_1: 256 x codes . x = 3 sum t_d . x_d - sum t_{d+1} . x_d, two vpdpbusd per digit) on both halves,
+ * with two accumulators per half and sum (even and odd digits) to hide the vpdpbusd latency in 16 registers. */
+static inline __attribute__((always_inline)) void ternary5_group(const uint8_t *p, const int8_t *xg, const int nd,
+                                                                 __m256i a[2][2], __m256i b[2][2]) {
+    __m256i t0 = _mm256_loadu_si256((const __m256i *)p), t1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+#pragma GCC unroll 5
+    for (int d = 0; d < nd; d++) {
+        const __m256i xb = _mm256_set1_epi32(load_i32(xg + 4 * d));
+        a[d & 1][0] = DPBUSD(a[d & 1][0], t0, xb);
+        a[d & 1][1] = DPBUSD(a[d & 1][1], t1, xb);
+        t0 = _mm256_add_epi8(t0, _mm256_add_epi8(t0, t0)); /* t_{d+1} = 3 t_d mod 256 */
+        t1 = _mm256_add_epi8(t1, _mm256_add_epi8(t1, t1));
+        b[d & 1][0] = DPBUSD(b[d & 1][0], t0, xb);
+        b[d & 1][1] = DPBUSD(b[d & 1][1], t1, xb);
+    }
+}
+
+static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const float *row_scale, int32_t xsum,
+                            float xinv, float *y) {
+    const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
+    __m256i a[2][2], b[2][2]; /* [even / odd digit][half] */
+    a[0][0] = a[0][1] = a[1][0] = a[1][1] = b[0][0] = b[0][1] = b[1][0] = b[1][1] = _mm256_setzero_si256();
+    for (int g = 0; g < full; g++) {
+        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
+        ternary5_group(wt + (size_t)g * 64, x + 20 * g, BN_TRIT5_QUADS, a, b);
+    }
+    const uint8_t *p = wt + (size_t)full * 64;
+    switch (rest) { /* the last group's quads, when kp / 4 is not a multiple of 5 */
+        case 4: ternary5_group(p, x + 20 * full, 4, a, b); break;
+        case 3: ternary5_group(p, x + 20 * full, 3, a, b); break;
+        case 2: ternary5_group(p, x + 20 * full, 2, a, b); break;
+        case 1: ternary5_group(p, x + 20 * full, 1, a, b); break;
+        default: break;
+    }
+    const __m256 xi = _mm256_set1_ps(xinv);
+    const __m256i xs = _mm256_set1_epi32(xsum);
+    for (int h = 0; h < 2; h++) {
+        const __m256i A = _mm256_add_epi32(a[0][h], a[1][h]), B = _mm256_add_epi32(b[0][h], b[1][h]);
+        const __m256i codes_x = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_add_epi32(A, _mm256_add_epi32(A, A)), B), 8);
+        _mm256_storeu_ps(y + 8 * h, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(codes_x, xs)), xi),
+                                                  _mm256_loadu_ps(row_scale + 8 * h)));
+    }
+}
+
+void VNNI_FN(ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                              const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T > 1) { /* the AVX2 path's unpacking, this path's 2-bit kernels */
+        bn_ternary5_batch(bn_kernels_avx2.unpack5, ternary_walk, VNNI_FN(ternary5_matmul), codes, kp, row_scale, xq,
+                          xsum, xinv, T, n0, n1, y, ldy);
+        return;
+    }
+    const size_t tile_bytes = (size_t)bn_trit5_groups(kp) * 64;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        ternary5_tile_1(codes + (size_t)tile * tile_bytes, kp, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                        y + tile * 16);
+}
+
 void VNNI_FN(ternary_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                              const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     ternary_walk(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);

@@ -2,32 +2,83 @@
  * Same tile layouts as the SIMD files (bitnet_app/packing.py):
  *   ternary byte [t, g, 4i+j] bits 2s = code(row 16t+i, col 16g+4s+j), code = w + 1
  *   int8    byte [t, g, 4i+j]          = w8(row 16t+i, col 4g+j)
+ *   1.6-bit byte [t, g, 4i+j] digit d  = code(row 16t+i, col 20g+4d+j), digit d of q = 3 (q 3^d mod 256) >> 8
  */
 #include "kernels.h"
 
+/* y[n] = (acc[i] - xsum) * xinv * row_scale[n] for the 16 rows n = 16 tile + i of a ternary tile */
+static void store_rows(const int32_t acc[16], int tile, int32_t xsum, float xinv, const float *row_scale, float *y) {
+    for (int i = 0; i < 16; i++) {
+        const int n = tile * 16 + i;
+        y[n] = (float)(acc[i] - xsum) * xinv * row_scale[n];
+    }
+}
+
+/* acc[i] += sum_k code(row i, k) * x[k] for one 16-row tile: 2-bit codes (groups of 16 columns) */
+static void tile_dot2(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16]) {
+    for (int g = 0; g < kp / 16; g++) {
+        const uint8_t *p = wt + g * 64;
+        const int8_t *xg = x + g * 16;
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 4; j++) {
+                const unsigned b = p[4 * i + j];
+                acc[i] += (int)(b & 3) * xg[j] + (int)((b >> 2) & 3) * xg[4 + j] +
+                          (int)((b >> 4) & 3) * xg[8 + j] + (int)(b >> 6) * xg[12 + j];
+            }
+    }
+}
+
+/* Digit d (0..4) of a 1.6-bit byte q: the code (0, 1, 2) of quad 5g + d (packing.py decode_trits). */
+static inline int trit(unsigned q, int d) {
+    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
+    return (int)((3 * ((q * POW3[d]) & 255)) >> 8);
+}
+
+/* the same from 1.6-bit codes (groups of 20 columns, the last one possibly partial) */
+static void tile_dot5(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16]) {
+    const int quads = kp / 4;
+    for (int g = 0; g < bn_trit5_groups(kp); g++) {
+        const int nd = quads - 5 * g < BN_TRIT5_QUADS ? quads - 5 * g : BN_TRIT5_QUADS;
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 4; j++)
+                for (int d = 0; d < nd; d++) acc[i] += trit(wt[g * 64 + 4 * i + j], d) * x[4 * (5 * g + d) + j];
+    }
+}
+
+/* kernels.h's ternary_matmul for tiles of tile_bytes each, through one tile's dot products */
+static void walk_tiles(void (*tile_dot)(const uint8_t *, int, const int8_t *, int32_t *), size_t tile_bytes,
+                       const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum,
+                       const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int t = 0; t < T; t++) {
+            int32_t acc[16] = {0};
+            tile_dot(codes + (size_t)tile * tile_bytes, kp, xq + (size_t)t * kp, acc);
+            store_rows(acc, tile, xsum[t], xinv[t], row_scale, y + (size_t)t * ldy);
+        }
+}
+
 static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16;
-    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
-        const uint8_t *wt = codes + (size_t)tile * groups * 64;
-        for (int t = 0; t < T; t++) {
-            const int8_t *x = xq + (size_t)t * kp;
-            int32_t acc[16] = {0};
-            for (int g = 0; g < groups; g++) {
-                const uint8_t *p = wt + g * 64;
-                const int8_t *xg = x + g * 16;
-                for (int i = 0; i < 16; i++)
-                    for (int j = 0; j < 4; j++) {
-                        const unsigned b = p[4 * i + j];
-                        acc[i] += (int)(b & 3) * xg[j] + (int)((b >> 2) & 3) * xg[4 + j] +
-                                  (int)((b >> 4) & 3) * xg[8 + j] + (int)(b >> 6) * xg[12 + j];
-                    }
+    walk_tiles(tile_dot2, (size_t)kp / 16 * 64, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+}
+
+static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    walk_tiles(tile_dot5, (size_t)bn_trit5_groups(kp) * 64, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+}
+
+/* 1.6-bit tiles -> 2-bit tiles: quad m's codes (digit m % 5 of group m / 5) into field m % 4 of group m / 4 */
+static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
+    const int quads = kp / 4, g5 = bn_trit5_groups(kp), g2 = kp / 16;
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const uint8_t *in = tiles5 + (size_t)tile * g5 * 64;
+        uint8_t *out = tiles2 + (size_t)tile * g2 * 64;
+        for (int m = 0; m < quads; m++)
+            for (int b = 0; b < 64; b++) {
+                uint8_t *o = out + (m / 4) * 64 + b;
+                const unsigned field = (unsigned)trit(in[(m / 5) * 64 + b], m % 5) << (2 * (m % 4));
+                *o = (uint8_t)(m % 4 ? *o | field : field);
             }
-            for (int i = 0; i < 16; i++) {
-                const int n = tile * 16 + i;
-                y[(size_t)t * ldy + n] = (float)(acc[i] - xsum[t]) * xinv[t] * row_scale[n];
-            }
-        }
     }
 }
 
@@ -178,6 +229,9 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * half_to_float(h[i]);
 }
 
-const bn_kernels bn_kernels_portable = {"portable", ternary_matmul, int8_matmul, bf16_matmul, dot, axpy,
-                                        sumsq, absmax, quantize, norm_apply, relu2_mul, add,
-                                        to_f16, dot_f16, axpy_f16};
+const bn_kernels bn_kernels_portable = {
+    .name = "portable", .ternary_matmul = ternary_matmul, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
+    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, .dot = dot, .axpy = axpy, .sumsq = sumsq,
+    .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply, .relu2_mul = relu2_mul, .add = add,
+    .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
+};

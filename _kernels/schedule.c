@@ -202,8 +202,13 @@ static void plan_layer_tail(bn_engine *e, int l, int T) {
     while (attn_shared && attn_rows > 1 &&
            (T + attn_rows - 1) / attn_rows * m->n_kv_heads < bn_pool_size(e->pool) * ATTN_ITEMS_PER_THREAD)
         attn_rows /= 2;
-    s[STAGE_ATTENTION] = (stage){.n_items = (T + attn_rows - 1) / attn_rows * m->n_kv_heads, .kind = KIND_ATTENTION,
-                                 .T = T, .tokens_per_item = attn_rows, .shared = attn_shared};
+    /* Few items that do not share out evenly (a decode token of 2B-4T: 5 KV heads on 2 threads, one thread idle for
+     * a third of the stage): each (tile, kv head) becomes two items of half its query heads. Each reads the head's
+     * K/V (the second time mostly from the caches: the two are neighbours in a thread's range); same numbers. */
+    const int n = bn_pool_size(e->pool), tiles = (T + attn_rows - 1) / attn_rows, group = m->n_heads / m->n_kv_heads;
+    const int parts = attn_shared && group >= 2 && (tiles * m->n_kv_heads) % n && tiles * m->n_kv_heads < 8 * n ? 2 : 1;
+    s[STAGE_ATTENTION] = (stage){.n_items = tiles * m->n_kv_heads * parts, .kind = KIND_ATTENTION, .T = T,
+                                 .tokens_per_item = attn_rows, .head_parts = parts, .shared = attn_shared};
     set_token_stage(e, &s[STAGE_ATTN_SUB], T);
     set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
     set_token_stage(e, &s[STAGE_FFN_NORM], T);
@@ -244,11 +249,14 @@ void bn_plan_forward(bn_engine *e) {
 
 /* ---------------------------------------------------------------- the run */
 
-/* Item p of an attention stage = (tile of up to tokens_per_item consecutive tokens, kv head g). */
+/* Item p of an attention stage = (tile of up to tokens_per_item consecutive tokens, kv head g, and with head_parts 2
+ * the first or second half of its query heads). */
 static void attention_item(bn_engine *e, int l, int p, int thread) {
     const stage *st = &e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION];
-    const int G = e->m.n_kv_heads, rows = st->tokens_per_item, t0 = p / G * rows;
-    bn_attention_tile(e, l, t0, st->T - t0 < rows ? st->T - t0 : rows, p % G, thread);
+    const int G = e->m.n_kv_heads, group = e->m.n_heads / G, parts = st->head_parts, rows = st->tokens_per_item;
+    const int part = p % parts, g = p / parts % G, t0 = p / parts / G * rows;
+    const int h0 = part ? group / 2 : 0, nh = parts == 1 ? group : part ? group - group / 2 : group / 2;
+    bn_attention_tile(e, l, t0, st->T - t0 < rows ? st->T - t0 : rows, g, h0, nh, thread);
 }
 
 /* Item i of a KIND_CHAIN stage: its run of tokens through each stage [s, chain_end) in turn (the calling thread,
@@ -272,7 +280,8 @@ static void chain_item(bn_engine *e, int s, int i, int thread) {
             }
             for (int a = t0; a < t1; a += ATTN_MAX_ROWS)
                 for (int g = 0; g < e->m.n_kv_heads; g++)
-                    bn_attention_tile(e, l, a, t1 - a < ATTN_MAX_ROWS ? t1 - a : ATTN_MAX_ROWS, g, thread);
+                    bn_attention_tile(e, l, a, t1 - a < ATTN_MAX_ROWS ? t1 - a : ATTN_MAX_ROWS, g, 0,
+                                      e->m.n_heads / e->m.n_kv_heads, thread);
         } else if (f == s || e->stages[f].kind == KIND_TOKENS) { /* stage s itself (a token stage) holds the chain */
             for (int tok = t0; tok < t1; tok++) bn_token_stage(e, l, ls, tok);
             if (c->fused && ls == STAGE_ROPE_KV) /* this run's K/V of layer l are in the cache */

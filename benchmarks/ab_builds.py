@@ -1,6 +1,8 @@
 """Two builds of the engine timed in alternation: the only fair comparison on a machine whose speed drifts.
 
     python -m benchmarks.ab_builds --build old=/tmp/old-checkout --build new=. --isa avx512,avx2 --rounds 3
+    python -m benchmarks.ab_builds --build old=/tmp/old@old.bitnet --build new=.@new.bitnet --rows 1 \
+        --attention causal --pos 64        # decode, each build on its own file (e.g. 2-bit format 3 vs 1.6-bit)
 
 Each --build is a checkout whose engine is built in place (`python setup.py build_ext --inplace`; `git worktree
 add /tmp/old <commit>` gives an old one beside this one). For every ISA and round, each build runs in its own
@@ -65,8 +67,9 @@ def time_build(path: str, model: str, isa: str, rows: str, pos: int, repeats: in
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", action="append", required=True, metavar="NAME=PATH",
-                    help="a checkout with its engine built in place (give two or more)")
+    ap.add_argument("--build", action="append", required=True, metavar="NAME=PATH[@MODEL]",
+                    help="a checkout with its engine built in place (give two or more); @MODEL: its own model "
+                         "instead of --model (an older build cannot read a newer engine file format)")
     ap.add_argument("--model", default=os.path.join(REPO, "assets", "demo-model"))
     ap.add_argument("--isa", default=AVX2, help="comma-separated kernel paths")
     ap.add_argument("--rows", default="8,16,32")
@@ -81,15 +84,16 @@ def main(argv=None) -> int:
     builds = []
     for spec in a.build:
         name, sep, path = spec.partition("=")
+        path, _, model = path.partition("@")
         if not sep or not os.path.isdir(path):
-            raise SystemExit(f"--build {spec!r}: give NAME=PATH with PATH a checkout")
-        builds.append((name, path))
+            raise SystemExit(f"--build {spec!r}: give NAME=PATH[@MODEL] with PATH a checkout")
+        builds.append((name, path, os.path.abspath(model or a.model)))
     results = []
     for isa in a.isa.split(","):
         for rnd in range(a.rounds):
-            for name, path in builds:
+            for name, path, model in builds:
                 with TrainingPause(training_pid()):
-                    ms = time_build(path, os.path.abspath(a.model), isa, a.rows, a.pos, a.repeats, a.iters, a.attention)
+                    ms = time_build(path, model, isa, a.rows, a.pos, a.repeats, a.iters, a.attention)
                 results.append({"isa": isa, "round": rnd, "build": name, "ms": ms})
                 print(f"{isa:8s} round {rnd}  {name:10s} " + "  ".join(f"{n} rows {t:.3f} ms" for n, t in ms.items()),
                       flush=True)

@@ -39,8 +39,9 @@ def load_model(src, *, lm_head: str = "int8", threads: int | None = None, isa: s
     """A ready Model (bitnet_app.model.Model) from an engine file, an HF checkpoint folder, a Hub repo id,
     or "demo" (the bundled demo model).
 
-    lm_head "int8" (default) or "exact" (bf16); kv "f16" or "f32" (default: f32 with the exact head, so
-    that lm_head="exact" reproduces the fp32 reference, else f16)."""
+    lm_head "int8" (default) or "exact" (bf16); kv "f16", "f32" or "i8" (the KV cache; default: f32 with the exact
+    head, so that lm_head="exact" reproduces the fp32 reference, else f16; i8: int8 with a scale per head and
+    position, half fp16's bytes)."""
     from .model import Model
 
     path = resolve_model_file(src, download_progress=download_progress, convert_progress=convert_progress)

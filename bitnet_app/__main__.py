@@ -3,7 +3,7 @@
     python -m bitnet_app convert SRC --out DST
     python -m bitnet_app generate --model M --prompt TEXT [--mode ar|diffusion] [--max-new-tokens N]
                                   [--temperature T] [--seed S] [--top-k K] [--top-p P] ...
-                                  [--chat | --raw] [--system TEXT] [--lm-head int8|exact] [--threads N]
+                                  [--chat | --raw] [--system TEXT] [--lm-head int8|exact] [--kv f16|f32|i8] [--threads N]
     python -m bitnet_app bench (--model M | --synthetic 2b4t|falcon3-1b|falcon3-7b|llama3-8b|...) [--json] [--threads N] [--isa ISA]
 
 generate has one flag per decode knob of bitnet_app/params.py (DecodeParams: names, defaults, ranges,
@@ -24,6 +24,8 @@ import time
 from .checkpoint.shapes import SHAPES
 from .engine import kernel_paths
 
+PACKINGS = ("2bit", "1.6bit")  # engine/packing.py PACKINGS: the layouts of the ternary tiles
+KV_CHOICES = ("f32", "f16", "i8")  # engine/runtime.py KV_TYPES: the KV cache's element types
 SYNTHETIC_SHAPES = tuple(SHAPES)   # the shapes of `bench --synthetic` (plain data, not the writer: synthetic.py)
 
 
@@ -64,7 +66,7 @@ def cmd_convert(args) -> int:
 
     src = checkpoint_folder(args.src, download_progress=_download_printer)
     out = args.out or converted_path(src)
-    convert_checkpoint(src, out, progress=_progress_printer("convert"))
+    convert_checkpoint(src, out, progress=_progress_printer("convert"), packing=args.packing)
     print(out)
     return 0
 
@@ -110,7 +112,7 @@ def cmd_generate(args) -> int:
     if not args.prompt.strip():
         raise ValueError("--prompt is empty: give the text to answer (or, with --raw, to continue)")
     params = _decode_params(args)  # checked before any model work
-    model = Model.open(_model_file(args.model), lm_head=args.lm_head, threads=args.threads)
+    model = Model.open(_model_file(args.model), lm_head=args.lm_head, threads=args.threads, kv=args.kv)
     if args.raw:
         ids = model.encode(args.prompt)
     else:
@@ -138,11 +140,11 @@ def cmd_bench(args) -> int:
     if args.synthetic:
         say(f"preparing the synthetic {args.synthetic} model ("
             + ("kept in the cache for the next run)" if args.keep else "deleted at the end; --keep keeps it)"))
-        with synthetic_file(args.synthetic, keep=args.keep) as path:
-            report = run_bench(path, threads=args.threads, isa=args.isa, lm_head=args.lm_head,
+        with synthetic_file(args.synthetic, keep=args.keep, layout=args.packing) as path:
+            report = run_bench(path, threads=args.threads, isa=args.isa, lm_head=args.lm_head, kv=args.kv,
                                repeats=args.repeats, progress=say)
     else:
-        report = run_bench(_model_file(args.model), threads=args.threads, isa=args.isa, lm_head=args.lm_head,
+        report = run_bench(_model_file(args.model), threads=args.threads, isa=args.isa, lm_head=args.lm_head, kv=args.kv,
                            repeats=args.repeats, progress=say)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
@@ -195,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("src", help="checkpoint folder (config.json, tokenizer.json, *.safetensors), Hub repo id, or "
                                        "'demo' (the bundled demo model)")
     c.add_argument("--out", help="engine file to write (default: the cache folder; the path is printed)")
+    c.add_argument("--packing", choices=PACKINGS,
+                   help="ternary tiles: 1.6 bits a weight (5 a byte) or 2 bits (4 a byte); default: 1.6 where the "
+                        "CPU has VNNI (AVX512-VNNI, AVX-VNNI), else 2")
     c.set_defaults(func=cmd_convert)
 
     g = sub.add_parser("generate", help="generate a reply, streamed to stdout")
@@ -207,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     form.add_argument("--raw", dest="raw", action="store_true", help="use the prompt text as is (BOS added)")
     g.add_argument("--system", help="system prompt (chat form only)")
     g.add_argument("--lm-head", choices=("int8", "exact"), default="int8", help=LM_HEAD_HELP)
+    g.add_argument("--kv", choices=KV_CHOICES, help="KV cache: f16 (default with the int8 head), f32, or i8 "
+                                                     "(int8, a scale per head and position: half fp16's bytes)")
     g.add_argument("--threads", type=int, help=THREADS_HELP)
     g.set_defaults(func=cmd_generate, raw=False)
 
@@ -219,9 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--isa", choices=kernel_paths.names(),
                    help="force a kernel path (the *-emulated ones: those kernels written in AVX2 or C, for tests)")
     b.add_argument("--lm-head", choices=("int8", "exact"), default="int8", help=LM_HEAD_HELP)
+    b.add_argument("--kv", choices=KV_CHOICES, help="KV cache (default f16 with the int8 head)")
     b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")
     b.add_argument("--keep", action="store_true",
                    help="with --synthetic: keep the generated file in the cache for the next run")
+    b.add_argument("--packing", choices=PACKINGS,
+                   help="with --synthetic: the ternary tiles' layout (default: what the converter writes on this CPU)")
     b.set_defaults(func=cmd_bench)
     return ap
 

@@ -38,8 +38,9 @@ def bytes_per_token(ef: EngineFile, lm_head: str) -> int:
 
 
 @contextlib.contextmanager
-def synthetic_file(shape: str, seed: int = 0, keep: bool = False):
-    """A random engine file of a named shape, as a context: `with synthetic_file("2b4t") as path: ...`.
+def synthetic_file(shape: str, seed: int = 0, keep: bool = False, layout: str | None = None):
+    """A random engine file of a named shape, as a context: `with synthetic_file("2b4t") as path: ...`; its
+    ternary tiles in `layout` (engine/packing.py PACKINGS; None: what the converter writes on this CPU).
 
     keep=False (the default): the file (1.5 GB for 2b4t) is written into a temporary folder of the cache and
     deleted at the end, unless a kept copy already exists, which is used as it is. keep=True: the file is
@@ -47,21 +48,26 @@ def synthetic_file(shape: str, seed: int = 0, keep: bool = False):
     from .checkpoint.synthetic import write_synthetic_engine_file
     from .engine.cache import cache_dir
 
-    kept = os.path.join(cache_dir(), "synthetic", f"{shape}-seed{seed}.bitnet")
+    from .engine.kernel_paths import preferred_packing
+
+    layout = layout or preferred_packing()
+    suffix = "" if layout == preferred_packing() else f"-{layout}"
+    kept = os.path.join(cache_dir(), "synthetic", f"{shape}-seed{seed}{suffix}.bitnet")
     if os.path.isfile(kept):
         try:
-            EngineFile(kept)
-            yield kept
-            return
+            if EngineFile(kept).packing == layout:  # (a file kept before the 1.6-bit tiles has 2-bit ones)
+                yield kept
+                return
         except EngineFileError:
             pass
     if keep:
-        yield write_synthetic_engine_file(kept, shape=shape, seed=seed)
+        yield write_synthetic_engine_file(kept, shape=shape, seed=seed, layout=layout)
         return
     os.makedirs(cache_dir(), exist_ok=True)
     folder = tempfile.mkdtemp(prefix="synthetic-", dir=cache_dir())
     try:
-        yield write_synthetic_engine_file(os.path.join(folder, f"{shape}-seed{seed}.bitnet"), shape=shape, seed=seed)
+        yield write_synthetic_engine_file(os.path.join(folder, os.path.basename(kept)), shape=shape, seed=seed,
+                                          layout=layout)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -76,11 +82,11 @@ def _timed_runs(run, repeats: int) -> list[float]:
     return times
 
 
-def run_bench(path: str, *, threads: int | None = None, isa: str | None = None, lm_head: str = "int8",
+def run_bench(path: str, *, threads: int | None = None, isa: str | None = None, lm_head: str = "int8", kv: str | None = None,
               repeats: int = 5, progress=None) -> dict:
     say = progress or (lambda msg: None)
     ef = EngineFile(path)
-    eng = Engine(ef, lm_head=lm_head, threads=threads, isa=isa)
+    eng = Engine(ef, lm_head=lm_head, threads=threads, isa=isa, kv=kv)
     if eng.ctx < BLOCK_POS + max(BLOCK_SIZES):
         raise ValueError(f"the model's context ({eng.ctx}) is too short for the benchmark "
                          f"(needs {BLOCK_POS + max(BLOCK_SIZES)} positions)")

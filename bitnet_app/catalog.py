@@ -2,7 +2,8 @@
 
     ENTRIES                        repo id -> Entry (shapes from the published config.json files, collected in
                                    the team's shared reference on model families, not part of this repository)
-    needs(entry, roof_gb_s)        -> Needs: download, engine file, memory to run, bytes per token, expected tok/s
+    needs(entry, roof_gb_s, packing) -> Needs: download, engine file, memory to run, bytes per token, expected tok/s
+                                      (packing: the engine's ternary tiles, "2bit" or "1.6bit": body / 4 or / 5)
     read_roof_gb_s(threads)        -> GB/s the engine's threads reach reading memory (measured, ~1 s)
     available_ram()                -> bytes the OS can still give (MemAvailable), 0 if unknown
                                       (these two are machine.py's: the page reads the machine through the catalog)
@@ -10,10 +11,11 @@
 The arithmetic, per model (body = the seven ternary projections of every layer):
     download     packed: body / 4 bytes (2 bits a weight) + bf16 embedding (+ bf16 lm_head when untied);
                  latent: 2 bytes a weight for body and embedding (fp16 / bf16 uploads)
-    memory       what a decode keeps resident: body / 4 (the engine's 2-bit tiles) + the int8 head (V x D)
+    memory       what a decode keeps resident: the engine's ternary tiles (Entry.tile_bytes: body / 4 at 2 bits,
+                 about body / 5 at 1.6 bits) + the int8 head (V x D)
                  + the bf16 embedding (V x D x 2, only its used rows are read) + the fp16 KV cache of a
                  4096-token conversation (or the model's context if shorter): 2 x L x ctx x G x hd x 2 bytes
-    per token    the bytes one decode step streams: body / 4 + the int8 head (V x D); the KV cache read is
+    per token    the bytes one decode step streams: the ternary tiles + the int8 head (V x D); the KV cache read is
                  extra and grows with the conversation (not counted)
     expected     read roof / bytes per token: the ceiling a decode step can reach (the engine reaches 86..94% of
                  it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md, session 7)
@@ -61,6 +63,17 @@ class Entry:
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return self.layers * (2 * self.hidden * q + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate)
 
+    def tile_bytes(self, packing: str = "2bit") -> int:
+        """The engine's ternary tiles of every layer (qkv, o, gate_up, down; engine/packing.py): 4 codes a byte
+        ("2bit") or 5 ("1.6bit"), rows padded to 16, columns to 16 (2 bits) or each row to groups of 20 columns."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+
+        def tiles(n, k):
+            cols = -(-k // 16) * 16
+            return -(-n // 16) * 16 * (cols // 4 if packing == "2bit" else -(-cols // 20) * 4)
+        D, I = self.hidden, self.intermediate
+        return self.layers * (tiles(q + 2 * kv, D) + tiles(D, q) + tiles(2 * I, D) + tiles(D, I))
+
 
 @dataclass(frozen=True)
 class Needs:
@@ -102,15 +115,16 @@ ENTRIES = {e.repo: e for e in (
 )}
 
 
-def needs(e: Entry, roof_gb_s: float | None = None) -> Needs:
+def needs(e: Entry, roof_gb_s: float | None = None, packing: str = "2bit") -> Needs:
     vd = e.vocab * e.hidden
+    tiles = e.tile_bytes(packing)
     heads = 1 if e.tied else 2
     body_bytes = e.body // 4 if e.weights == "packed" else 2 * e.body
     download = body_bytes + 2 * vd * heads
-    engine = e.body // 4 + 3 * vd + (0 if e.tied else 2 * vd)
+    engine = tiles + 3 * vd + (0 if e.tied else 2 * vd)
     ctx = min(e.context, KV_CONTEXT)
     kv = 2 * e.layers * ctx * e.kv_heads * e.head_dim * 2
-    per_token = e.body // 4 + vd
-    memory = e.body // 4 + vd + 2 * vd + kv
+    per_token = tiles + vd
+    memory = tiles + vd + 2 * vd + kv
     speed = roof_gb_s * 1e9 / per_token if roof_gb_s else None
     return Needs(download, engine, memory, per_token, speed)

@@ -134,7 +134,7 @@ class Model:
                 "parameters": self.parameter_count(), "isa": self.engine.isa, "threads": self.engine.threads,
                 "isa_label": KERNEL_PATHS[self.engine.isa].label, "isa_simd": KERNEL_PATHS[self.engine.isa].simd,
                 "rss_bytes": process_rss(), "ram_bytes": total_ram(),  # this process's memory, and the machine's
-                "lm_head": self.engine.lm_head, "context": self.engine.ctx,
+                "lm_head": self.engine.lm_head, "kv": self.engine.kv, "context": self.engine.ctx,
                 "vocab_size": self.vocab_size, "layers": cfg.get("num_hidden_layers"),
                 "hidden_size": cfg.get("hidden_size"), "trained_for_diffusion": self.trained_for_diffusion,
                 "completion": self.completion,

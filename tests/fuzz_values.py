@@ -107,12 +107,13 @@ def _views(meta, raw):
             for name, e in meta["tensors"].items()}
 
 
-def _damaged_values(views) -> str | None:
-    """What the product must find after an edit: non-finite floats, code 3, head rows not matching head.rowsum."""
+def _damaged_values(views, packing="2bit") -> str | None:
+    """What the product must find after an edit: non-finite floats, code 3 (2-bit tiles: every byte of 1.6-bit
+    tiles is a valid code), head rows not matching head.rowsum."""
     for name, v in views.items():
         if v.dtype == np.float32 and not (np.abs(v) <= 65504).all():
             return f"a non-finite or huge value in {name}"
-        if name.endswith(".codes") and (v & (v >> 1) & 0x55).any():
+        if name.endswith(".codes") and packing == "2bit" and (v & (v >> 1) & 0x55).any():
             return f"code 3 in {name}"
     tiles = views["head.i8"]
     sums = tiles.sum(axis=1, dtype=np.int32).reshape(tiles.shape[0], 16, 4).sum(axis=2).reshape(-1)
@@ -135,6 +136,7 @@ def fam_resealed_data(rng, seeds, case_dir):
     elif kind == 1:
         flat = views[_pick(rng, sorted(n for n in views if n.endswith(".codes")))].reshape(-1)
         flat[int(rng.integers(0, flat.size))] |= np.uint8(3 << (2 * int(rng.integers(0, 4))))
+        must_refuse = meta.get("ternary_packing", "2bit") == "2bit"   # 1.6-bit tiles: any byte is 5 valid codes
     elif kind == 2:
         flat = views["head.rowsum"]
         flat[int(rng.integers(0, meta["config"]["vocab_size"]))] += int(_pick(rng, [1, -1, 127, 1 << 30]))
@@ -149,7 +151,7 @@ def fam_resealed_data(rng, seeds, case_dir):
         for _ in range(int(rng.integers(1, 9))):
             pos = int(rng.integers(start, len(data)))
             data[pos] ^= 1 << int(rng.integers(0, 8))
-        must_refuse = _damaged_values(views) is not None
+        must_refuse = _damaged_values(views, meta.get("ternary_packing", "2bit")) is not None
     step = meta["layout"]["chunk_bytes"]
     end = meta["layout"]["file_bytes"]
     meta["layout"]["chunk_sums"] = [int(ef._words(raw[b:min(end, b + step)]).sum(dtype=np.uint64))
@@ -162,7 +164,8 @@ def fam_resealed_data(rng, seeds, case_dir):
         return "skipped"
     logits = open_and_run(path)
     if must_refuse:
-        _refused(f"re-sealed data edit {kind} ({_damaged_values(views) or 'NaN in the BOS embedding row'})")
+        _refused(f"re-sealed data edit {kind} "
+                 f"({_damaged_values(views, meta.get('ternary_packing', '2bit')) or 'NaN in the BOS embedding row'})")
     if not np.isfinite(logits).all():
         raise SilentAcceptance("non-finite logits handed back")
 

@@ -268,6 +268,19 @@ def test_model_info_and_slow_cpu_warning(env):
     assert any("no AVX2" in w.value for w in at.warning)
 
 
+def test_the_kv_cache_setting_reloads_the_engine_and_chats(env):
+    """The sidebar's KV cache choice: fp16 by default; int8 reloads the engine with the int8 cache (Model info
+    says so) and the chat goes on."""
+    at = _app()
+    info = [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
+    assert "**KV cache:** f16" in info
+    at.sidebar.selectbox(key="kv_cache").set_value("i8").run()
+    assert not at.exception, at.exception
+    info = [m.value for m in at.sidebar.markdown if "Kernel path" in m.value][0]
+    assert "**KV cache:** i8" in info
+    assert _chat(at, "Hello")["content"]
+
+
 def test_disk_full_is_checked_before_downloading(env, checkpoints, tmp_path):
     with FakeHub({"org/huge": checkpoints["dlm"]}, fake_sizes={"model.safetensors": 1 << 60}) as huge:
         env.setenv("HF_ENDPOINT", huge.url)

@@ -23,10 +23,10 @@ def convert(folder, out):
 def engine_weights(ef, i, group, n, k):
     """(ternary int8 (n, k), per-row multiplier (Np,)) of one fused engine matrix."""
     codes, scale = ef[f"layers.{i}.{group}.codes"], ef[f"layers.{i}.{group}.scale"]
-    assert codes.shape == (packing.ceil_to(n, 16) // 16, packing.ceil_to(k, 16) // 16, 64)
+    assert codes.shape == packing.ternary_tile_shape(n, k, ef.packing)
     assert scale.shape == (packing.ceil_to(n, 16),) and scale.dtype == np.float32
     assert not scale[n:].any()                              # padding rows multiply by 0
-    return packing.unpack_ternary_tiles(codes, n, k), scale
+    return packing.unpack_tiles(codes, n, k, ef.packing), scale
 
 
 # Awkward sizes: hidden 48 (4 heads x 12, 2 KV heads: qkv 96 rows), intermediate 100 (gate_up 200 rows padded to
@@ -53,6 +53,27 @@ def test_offline_codes_and_scales_round_trip(make_ckpt, engine_path, linear_clas
                 rows = truth["ternary"][n].shape[0]
                 assert np.all(scale[row:row + rows] == m), (n, scale[row], m)
                 row += rows
+
+
+def test_the_packing_is_chosen_at_conversion(make_ckpt, tmp_path):
+    """The layout this CPU decodes fastest by default (format 4's ternary_packing; engine/kernel_paths.py), either
+    one when asked: the same weights either way, in fewer bytes at 1.6 bits; an unknown packing is refused before
+    any work."""
+    from bitnet_app.engine.kernel_paths import preferred_packing
+    folder, _ = make_ckpt(**AWKWARD)
+    assert convert(folder, str(tmp_path / "default.bitnet")).meta["ternary_packing"] == preferred_packing()
+    five = EngineFile(convert_checkpoint(folder, str(tmp_path / "five.bitnet"), packing="1.6bit"))
+    two = EngineFile(convert_checkpoint(folder, str(tmp_path / "two.bitnet"), packing="2bit"))
+    assert (five.packing, two.packing) == ("1.6bit", "2bit") and five.meta["ternary_packing"] == "1.6bit"
+    for i in range(2):
+        for group, (n, k) in {"qkv": (96, 48), "o": (48, 48), "gate_up": (200, 48), "down": (48, 100)}.items():
+            a, sa = engine_weights(five, i, group, n, k)
+            b, sb = engine_weights(two, i, group, n, k)
+            assert np.array_equal(a, b) and np.array_equal(sa, sb), (i, group)
+    tiles = {f: sum(t.nbytes for name, t in f.tensors.items() if name.endswith(".codes")) for f in (five, two)}
+    assert tiles[five] < tiles[two]  # (4/5 of the bytes for wide matrices; these are 48 to 112 columns wide)
+    with pytest.raises(ConvertError, match="unknown ternary packing"):
+        convert_checkpoint(folder, str(tmp_path / "x.bitnet"), packing="1bit")
 
 
 def test_offline_matches_transformers_reference_weights(make_ckpt, engine_path):

@@ -10,9 +10,9 @@
    and a normal-length reply; a diffusion reply on one of the demo model's skill prompts in Slow motion at two
    rates (several slots filled in one step, a step per 1/rate seconds), its picture still there after the reply
    ends without a click, the replay slider following the picture as it plays; the live picture never empty
-   mid-reply without Slow motion; Compare in Slow motion at two rates (both sides a step at a time, no stale
-   suggestion among the replies); Compare on a skill prompt (the same text on both sides, the sentence that says
-   why diffusion won or lost); the Markdown export (line breaks kept).
+   mid-reply (Slow motion at its fastest rate); Compare in Slow motion at two rates (both sides a step at a time,
+   no stale suggestion among the replies); Compare on a skill prompt (the same text on both sides, the sentence
+   that says why diffusion won or lost); the Markdown export (line breaks kept).
 
 3. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
    LlamaForCausalLM with BitNet quantization, packed BitLinear weights, untied head, silu, no sub-norms, llama3
@@ -304,14 +304,18 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         assert tokens >= 8, f"a {tokens}-token reply after the detour"
         _shot(page, "07-after-the-detour")
 
-        # 3. The live block picture without Slow motion, on free text (about one slot per step): never empty.
-        #    The app draws it at the first step and then at most every REDRAW_S, and ends on the last step; the
-        #    demo model's replies now take ~20 ms, within a browser frame or two, so whether a frame lands before
-        #    the footer is up to the browser's batching: every frame it shows is checked, streamed or final.
+        # 3. The live block picture on free text (about one slot per step): never empty while the reply streams.
+        #    Slow motion at its fastest rate keeps it on screen: the demo model writes this reply in ~20 ms, and
+        #    Done replaces the live picture with the finished one (reply.py), so without Slow motion Streamlit may
+        #    send the browser only that last change (it merges changes to one element queued between two sends).
+        #    Each step is drawn in Slow motion, the same frames the unpaced page draws now and then
+        #    (test_ui_pieces: which frames it draws without Slow motion).
         clear_chat(page)
         page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
         page.wait_for_timeout(800)
         set_number(page, "Max new tokens", min(192, demo["context"] - 96))
+        click_toggle(page, "Slow motion")
+        set_slider(page, "Steps per second", 30)
         page.evaluate(WATCH_PICTURE)
         send(page, demo["open"][0] if demo["open"] else "KING HENRY.\nNow, lords, for France; the enterprise")
         reply_tokens(page, 1)
@@ -322,8 +326,7 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         # 4. A skill prompt in diffusion mode (Slow motion, to watch it): several slots filled in one step, at two
         #    rates a presenter sets: a step every 1/rate seconds. The second reply comes under the first: its live
         #    picture is kept in view while it fills. The finished reply keeps its picture, no click.
-        clear_chat(page)
-        click_toggle(page, "Slow motion")
+        clear_chat(page)  # Slow motion is on since 3.
         slider_to_min(page, "Temperature")  # greedy: the same reply at both rates
         periods, skill = {}, None
         for rate in (8, 2):

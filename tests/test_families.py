@@ -34,6 +34,7 @@ from bitnet_app.engine.rope import rope_inv_freq
 from bitnet_app.model import Model
 from checkpoints import edit_json
 from family_checkpoints import FAMILIES, load_family_reference, make_family_checkpoint
+from test_engine import logits_of_a_chat
 from test_kernels import PATHS
 from test_parity import (FP32_FLOOR, GREEDY_NEW, PROMPT_LEN, PROMPTS, Reference, _fmt, calibrate, greedy_check,
                          logits_check, position_errors, require_reference, summary)
@@ -79,6 +80,13 @@ class FamilyCase:
         self.greedy_prompt = family_prompt(self.truth, GREEDY_PROMPT, 100 * seed + 99)
         self.ref_seq, self.ref_rows = self.ref.greedy(self.greedy_prompt, GREEDY_NEW, self.stop_ids)
         self._broken = {}
+
+    def converted(self, layout):
+        """The same checkpoint converted with the ternary tiles in `layout` (packing.PACKINGS), once."""
+        path = os.path.join(self.root, f"model-{layout}.bitnet")
+        if not os.path.exists(path):
+            convert_checkpoint(self.truth["folder"], path, packing=layout)
+        return path
 
     def check_logits(self, model):
         return logits_check([model.logits(ids) for ids in self.prompts], self.refs, self.tol)
@@ -178,6 +186,21 @@ def test_family_logits_match_transformers(cases, name, isa):
     assert ok, f"{name}: engine logits differ from transformers' beyond the calibrated tolerance: {_fmt(d)}"
     best = min(float(np.median(position_errors(model.logits(ids), r))) for ids, r in zip(case.prompts, case.refs))
     assert best <= FP32_FLOOR, f"{name}: no prompt agrees to the fp32 floor (best median {best:.3g})"
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_family_16bit_tiles_give_the_2bit_logits_bit_for_bit(cases, name, isa):
+    """Each family's 1.6-bit file gives bit for bit the logits of its 2-bit file, on every kernel path, for every
+    kind of forward (test_engine.logits_of_a_chat) and both heads."""
+    case = cases(name)
+    five, two = case.converted("1.6bit"), case.converted("2bit")
+    assert EngineFile(five).packing == "1.6bit" and EngineFile(two).packing == "2bit"
+    ids = family_prompt(case.truth, 36, 7)
+    for head in ("exact", "int8"):
+        got, want = (logits_of_a_chat(p, isa, head, ids) for p in (five, two))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))

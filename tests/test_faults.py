@@ -49,17 +49,18 @@ def _split(path):
     return data, meta
 
 
-def rewrite_meta(path, edit):
-    """Apply edit(meta) and write the metadata back with a valid digest (damage a checksum cannot see)."""
+def rewrite_meta(path, edit, version=None):
+    """Apply edit(meta) and write the metadata back with a valid digest (damage a checksum cannot see), under the
+    format `version` (default: the current one)."""
+    version = engine_file.FORMAT_VERSION if version is None else version
     data, meta = _split(path)
     edit(meta)
     start = meta["layout"]["data_start"]
     blob = json.dumps(meta).encode()
     blob += b" " * (start - engine_file._HEADER.size - len(blob))
     assert len(blob) == start - engine_file._HEADER.size, "edited metadata no longer fits"
-    prefix = engine_file._PREFIX.pack(engine_file.MAGIC, engine_file.FORMAT_VERSION, len(blob))
-    head = engine_file._HEADER.pack(engine_file.MAGIC, engine_file.FORMAT_VERSION, len(blob),
-                                    engine_file._digest(prefix, blob))
+    prefix = engine_file._PREFIX.pack(engine_file.MAGIC, version, len(blob))
+    head = engine_file._HEADER.pack(engine_file.MAGIC, version, len(blob), engine_file._digest(prefix, blob))
     data[:start] = head + blob
     with open(path, "wb") as f:
         f.write(data)
@@ -131,6 +132,10 @@ DAMAGE = {
                        "rope_theta"),
     "zero rms_norm_eps": (lambda p: rewrite_meta(p, lambda m: m["config"].update(rms_norm_eps=0)), "rms_norm_eps"),
     "stop id out of range": (lambda p: rewrite_meta(p, lambda m: m.update(stop_ids=[10 ** 9])), "stop_ids"),
+    "unknown ternary packing": (lambda p: rewrite_meta(p, lambda m: m.update(ternary_packing="1bit")),
+                                "ternary_packing"),
+    "format 4 without its packing": (lambda p: rewrite_meta(p, lambda m: m.pop("ternary_packing")),
+                                     "ternary_packing"),
 }
 
 
@@ -155,6 +160,30 @@ def test_a_damaged_cache_file_is_rebuilt(ckpt, cache, name):
     assert again.path == first.path and again.work == [source.CONVERTED]     # rebuilt, not reused
     np.testing.assert_array_equal(Model.open(again.path).logits([1, 2, 3]), good)
     assert source.prepare(ckpt).work == []                                   # and then reused
+
+
+def test_a_format_3_file_opens_as_2bit_tiles_and_its_cached_conversion_is_rebuilt(ckpt, tmp_path, cache,
+                                                                                   monkeypatch):
+    """Format 3 (before the 1.6-bit tiles) had no ternary_packing and always 2-bit tiles: such a file given
+    directly still opens and runs as before; a checkpoint's cached conversion is keyed by the format
+    (engine/cache.py), so the app converts an old cached one again, into format 4 (1.6-bit tiles on a CPU with
+    VNNI), with the same logits."""
+    from bitnet_app.engine import cache as cache_module
+    from bitnet_app.engine.kernel_paths import preferred_packing
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"), packing="2bit")
+    want = Model.open(path).logits([1, 2, 3])
+    rewrite_meta(path, lambda m: m.pop("ternary_packing"), version=3)
+    assert EngineFile(path).packing == "2bit"
+    np.testing.assert_array_equal(Model.open(path).logits([1, 2, 3]), want)
+    with monkeypatch.context() as m:  # the file where a format-3 version of the app cached it
+        m.setattr(cache_module, "FORMAT_VERSION", 3)
+        old_cached = converted_path(ckpt)
+    os.makedirs(os.path.dirname(old_cached), exist_ok=True)
+    os.replace(path, old_cached)
+    fresh = source.prepare(ckpt)
+    assert fresh.work == [source.CONVERTED] and fresh.path != old_cached
+    assert EngineFile(fresh.path).packing == preferred_packing()  # 1.6-bit tiles where the CPU has VNNI
+    np.testing.assert_array_equal(Model.open(fresh.path).logits([1, 2, 3]), want)
 
 
 def test_a_large_file_verifies_a_sample_and_full_verification_finds_any_flip(ckpt, tmp_path, monkeypatch):
@@ -376,7 +405,7 @@ RESEALED = {
 @pytest.mark.parametrize("name", sorted(RESEALED))
 def test_a_resealed_engine_file_is_refused_for_its_values(ckpt, tmp_path, name):
     damage, message = RESEALED[name]
-    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"))
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"), packing="2bit")  # (code 3: the 2-bit layout's)
     damage(path)
     with pytest.raises(EngineFileError, match=message) as info:
         Model.open(path)
@@ -385,9 +414,9 @@ def test_a_resealed_engine_file_is_refused_for_its_values(ckpt, tmp_path, name):
 
 def test_a_large_file_finds_code_3_in_the_chunks_it_verifies(ckpt, tmp_path, monkeypatch):
     """Past FULL_VERIFY_BYTES the codes are checked in the chunks each open sums (the first, the last and two random
-    ones); verify="full" checks every chunk's codes."""
+    ones); verify="full" checks every chunk's codes (2-bit tiles: every byte of 1.6-bit ones is a valid code)."""
     monkeypatch.setattr(engine_file, "CHUNK_BYTES", 4096)
-    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"))
+    path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"), packing="2bit")
     reseal_data(path, _code_3)
     monkeypatch.setattr(engine_file, "FULL_VERIFY_BYTES", 0)
     with pytest.raises(EngineFileError, match="unused ternary code 3"):

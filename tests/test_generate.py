@@ -218,6 +218,29 @@ def test_cli_convert_then_generate(ckpt, model, tmp_path):
     assert r.stdout == model.tokenizer.decode(want, skip_special_tokens=True) + "\n"
 
 
+def test_cli_generate_and_bench_take_the_kv_cache(ckpt, tmp_path):
+    """--kv i8 runs the int8 KV cache (the same greedy text as the API with kv="i8"); --packing converts either
+    way; the CLI's choices are the engine's."""
+    from bitnet_app.__main__ import KV_CHOICES
+    from bitnet_app.engine.runtime import KV_TYPES
+    from bitnet_app.model import Model
+    assert KV_CHOICES == KV_TYPES
+    out = str(tmp_path / "two.bitnet")
+    r = run_cli("convert", ckpt["folder"], "--out", out, "--packing", "2bit")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("generate", "--model", out, "--prompt", "Hello!", "--max-new-tokens", "6", "--kv", "i8",
+                "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    m = Model.open(out, kv="i8", threads=1)
+    assert m.info()["kv"] == "i8" and m.file.packing == "2bit"
+    want = m.complete(m.chat_ids([{"role": "user", "content": "Hello!"}]), max_new_tokens=6)
+    assert r.stdout == m.tokenizer.decode(want, skip_special_tokens=True) + "\n"
+    r = run_cli("bench", "--synthetic", "tiny", "--json", "--threads", "1", "--repeats", "1", "--kv", "i8",
+                "--packing", "1.6bit", env_extra={"BITNET_APP_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["kv"] == "i8"
+
+
 def test_cli_user_errors_are_one_line_and_exit_2(ckpt, tmp_path):
     for args in (("generate", "--model", str(tmp_path / "nope"), "--prompt", "x"),
                  ("generate", "--model", os.path.join(ckpt["folder"], "config.json"), "--prompt", "x"),

@@ -1,4 +1,5 @@
 """Every kernel path the CPU supports against plain numpy, on random and awkward shapes."""
+import os
 import platform
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 
 from bitnet_app import _engine, _engine_testing
 from bitnet_app.engine import kernel_paths
-from bitnet_app.engine.packing import (bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary_tiles,
-                                quantize_rows_int8)
+from bitnet_app.engine.packing import (TRIT5_MAX_KP, bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary5_tiles,
+                                       pack_ternary_tiles, quantize_rows_int8)
 
 # Every path this CPU runs. The emulated ones (avxvnni-emulated, amx-emulated) are the AVX-VNNI and AMX kernels with
 # vpdpbusd / the tile instructions written in AVX2 / plain C (exactly), so that their code runs on every AVX2
@@ -107,6 +108,68 @@ def test_ternary_and_int8_matmuls_are_exact_at_the_extremes(isa, T, x_value, w_v
     rowsum = w8.sum(axis=1, dtype=np.int32)
     y8 = _engine_testing.kernel_int8(isa, tiles8, np.ones(N, np.float32), rowsum, x)
     np.testing.assert_array_equal(y8[:, :N], 127 * exact)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("N,K,T", SHAPES)
+def test_ternary5_matmul_is_the_2bit_matmul_bit_for_bit(isa, N, K, T):
+    """The 1.6-bit tiles (5 codes a byte) give every path exactly the numbers of its 2-bit kernel on the same weights
+    (and so numpy's): one token decoded in place, a batch unpacked into 2-bit tiles (tiles5.c); SHAPES has every
+    remainder of kp / 4 by 5 (the last group's 1 to 5 quads). And the path's unpacking gives numpy's 2-bit tiles."""
+    rng = np.random.default_rng(N * 1000 + K * 10 + T)
+    w = rng.integers(-1, 2, size=(N, K)).astype(np.int8)
+    tiles2, tiles5 = pack_ternary_tiles(w), pack_ternary5_tiles(w)
+    np_, kp = tiles2.shape[0] * 16, tiles2.shape[1] * 16
+    scale = np.zeros(np_, np.float32)
+    scale[:N] = rng.uniform(0.5, 2.0, N)
+    x = padded_activations(rng, T, K, kp)
+    y5 = _engine_testing.kernel_ternary5(isa, tiles5, scale, x)
+    np.testing.assert_array_equal(y5.view(np.uint32), _engine_testing.kernel_ternary(isa, tiles2, scale, x).view(np.uint32))
+    exact = x[:, :K].astype(np.int64) @ w.T.astype(np.int64)
+    np.testing.assert_array_equal(y5[:, :N], exact.astype(np.float32) * scale[:N])
+    np.testing.assert_array_equal(_engine_testing.kernel_unpack5(isa, tiles5, kp), tiles2)
+
+
+def test_ternary5_unpacking_without_vbmi_is_the_same():
+    """kernels_avx512.c unpacks 1.6-bit tiles with AVX512-VBMI byte permutes where the CPU has them, else with
+    compares; BITNET_NO_VBMI keeps the compares, so a VBMI machine tests both: every path, in a process of its own
+    (the choice is made once per process), against numpy."""
+    import subprocess
+    import sys
+    code = """
+import numpy as np
+from bitnet_app import _engine_testing
+from bitnet_app.engine import kernel_paths
+from bitnet_app.engine.packing import pack_ternary5_tiles, pack_ternary_tiles
+rng = np.random.default_rng(5)
+for n, k, T in ((32, 2560, 3), (48, 264, 9), (16, 6912, 2)):
+    w = rng.integers(-1, 2, size=(n, k)).astype(np.int8)
+    t2, t5 = pack_ternary_tiles(w), pack_ternary5_tiles(w)
+    x = rng.integers(-128, 128, size=(T, t2.shape[1] * 16)).astype(np.int8)
+    x[:, k:] = 0
+    for isa in kernel_paths.supported():
+        assert np.array_equal(_engine_testing.kernel_unpack5(isa, t5, x.shape[1]), t2), isa
+        y = _engine_testing.kernel_ternary5(isa, t5, np.ones(n, np.float32), x)
+        assert np.array_equal(y, (x[:, :k].astype(np.int64) @ w.T).astype(np.float32)), isa
+print("ok")
+"""
+    env = dict(os.environ, BITNET_NO_VBMI="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("x_value, w_value", [(-128, 1), (-128, -1), (127, 1), (127, -1), (-128, 0)])
+def test_ternary5_matmul_is_exact_at_the_widest_extremes(isa, T, x_value, w_value):
+    """The widest matrix 1.6-bit tiles take (kp = BN_TRIT5_MAX_KP, 32752) with every activation and weight at an
+    extreme: the VNNI kernels' 256 x (code sum) and the AVX2 kernel's int16 runs still come out exact."""
+    N, K = 16, TRIT5_MAX_KP
+    w = np.full((N, K), w_value, np.int8)
+    x = np.full((T, K), x_value, np.int8)
+    exact = (x.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float32)
+    y = _engine_testing.kernel_ternary5(isa, pack_ternary5_tiles(w), np.ones(N, np.float32), x)
+    np.testing.assert_array_equal(y, exact)
 
 
 @pytest.mark.parametrize("isa", PATHS)

@@ -41,6 +41,46 @@ def test_pack_ternary_tiles_rejects_non_ternary():
         packing.pack_ternary_tiles(np.array([[0, 2]], np.int8))
 
 
+def test_trit_bytes_decode_every_value_exactly():
+    """All 3^5 = 243 digit tuples: encode -> decode is the identity, the bytes are distinct, and the two facts the
+    kernels build on hold: t_{d+1} = 3 t_d mod 256, and 256 c_d = 3 t_d - t_{d+1} (packing.py docstring)."""
+    digits = np.array(np.meshgrid(*[range(3)] * 5, indexing="ij")).reshape(5, -1).T   # (243, 5), c_0 first
+    q = packing.encode_trits(digits)
+    assert len(set(q.tolist())) == 243 and q.dtype == np.uint8
+    assert np.array_equal(packing.decode_trits(q), digits)
+    t = (q.astype(np.int64)[:, None] * 3 ** np.arange(6)) % 256                         # t_0 .. t_5
+    assert np.array_equal(t[:, 1:], (3 * t[:, :-1]) % 256)
+    assert np.array_equal(256 * digits, 3 * t[:, :5] - t[:, 1:])
+
+
+@pytest.mark.parametrize("n,k", SHAPES + [(16, 80), (16, 64), (32, 6912)])
+def test_ternary5_tiles_round_trip_and_padding(n, k):
+    w = ternary(np.random.default_rng(n * 100 + k + 1), (n, k))
+    packed = packing.pack_ternary5_tiles(w)
+    np_, kp = packing.ceil_to(n, 16), packing.ceil_to(k, 16)
+    assert packed.shape == (np_ // 16, -(-kp // 20), 64) == packing.ternary_tile_shape(n, k, "1.6bit")
+    assert np.array_equal(packing.unpack_ternary5_tiles(packed, n, k), w)
+    assert np.array_equal(packing.unpack_tiles(packing.pack_tiles(w, "1.6bit"), n, k, "1.6bit"), w)
+    full = packing.unpack_ternary5_tiles(packed, np_, packed.shape[1] * 20)  # padding, and digits past kp: code 1
+    assert not full[n:].any() and not full[:, k:].any()
+    assert packed.nbytes * 5 <= packing.pack_ternary_tiles(w).nbytes * 4 + np_ * 16  # 1.6 bits a weight, + a group
+
+
+def test_ternary5_byte_position_matches_docstring():
+    # one +1 at (r, c): byte [r//16, c//20, 4*(r%16) + c%4] holds code 2 at digit (c%20)//4, code 1 at the others
+    n, k, r, c = 35, 50, 21, 39
+    w = np.zeros((n, k), np.int8)
+    w[r, c] = 1
+    packed = packing.pack_ternary5_tiles(w)
+    expect = np.full(packed.shape, packing.encode_trits([1, 1, 1, 1, 1]), np.uint8)
+    digits = [1] * 5
+    digits[(c % 20) // 4] = 2
+    expect[r // 16, c // 20, 4 * (r % 16) + c % 4] = packing.encode_trits(digits)
+    assert np.array_equal(packed, expect)
+    with pytest.raises(ValueError):
+        packing.pack_ternary5_tiles(np.array([[0, 2]], np.int8))
+
+
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_int8_tiles_round_trip(n, k):
     w8 = np.random.default_rng(k).integers(-127, 128, size=(n, k)).astype(np.int8)
@@ -98,3 +138,23 @@ def test_bf16_conversions_match_torch():
     theirs = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     assert np.array_equal(ours, theirs)
     assert np.array_equal(packing.bf16_to_f32(ours), torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+
+
+def test_packing_for_chooses_the_cpus_packing_unless_a_matrix_is_too_wide():
+    """The layout asked, else the one this CPU decodes fastest (1.6-bit tiles with VNNI, kernel_paths.py); a matrix
+    wider than the 1.6-bit kernels' int32 sums allow (TRIT5_MAX_KP, _kernels/kernels.h) takes 2-bit tiles, and
+    asking for 1.6 bits there is an error."""
+    from bitnet_app import _engine
+    from bitnet_app.engine import kernel_paths
+    vnni = kernel_paths.BY_NAME[_engine.kernel_name("")].trit_tiles
+    assert packing.packing_for(6912) == kernel_paths.preferred_packing() == ("1.6bit" if vnni else "2bit")
+    assert packing.packing_for(6912, "2bit") == "2bit" and packing.packing_for(6912, "1.6bit") == "1.6bit"
+    assert packing.packing_for(6912, None, "1.6bit") == "1.6bit" and packing.packing_for(6912, None, "2bit") == "2bit"
+    assert packing.packing_for(packing.TRIT5_MAX_KP, None, "1.6bit") == "1.6bit"
+    assert packing.packing_for(packing.TRIT5_MAX_KP + 1, None, "1.6bit") == "2bit"
+    assert [p.name for p in kernel_paths.PATHS if p.trit_tiles] == [kernel_paths.AMX, kernel_paths.AVX512,
+                                                                    kernel_paths.AVXVNNI]
+    with pytest.raises(ValueError, match="too wide"):
+        packing.packing_for(40000, "1.6bit")
+    with pytest.raises(ValueError, match="unknown ternary packing"):
+        packing.packing_for(64, "4bit")

@@ -267,7 +267,7 @@ def _qkv(ef, i):
     c = ef.config
     D, hd, G = c["hidden_size"], c["head_dim"], c["num_key_value_heads"]
     n = D + 2 * G * hd
-    return packing.unpack_ternary_tiles(ef.tensors[f"layers.{i}.qkv.codes"], n, D)
+    return packing.unpack_tiles(ef.tensors[f"layers.{i}.qkv.codes"], n, D, ef.packing)
 
 
 def broken_interleaved_rope(ef):
@@ -284,7 +284,7 @@ def broken_interleaved_rope(ef):
     t = dict(ef.tensors)
     for i in _layer_range(ef):
         # the per-row scale of q rows (and of k rows) is one value each, so it needs no permutation
-        t[f"layers.{i}.qkv.codes"] = packing.pack_ternary_tiles(_qkv(ef, i)[perm])
+        t[f"layers.{i}.qkv.codes"] = packing.pack_tiles(_qkv(ef, i)[perm], ef.packing)
     return t
 
 
@@ -324,9 +324,9 @@ def _regroup(ef, kv_of):
     for i in _layer_range(ef):
         qkv = _qkv(ef, i)
         qkv[:D] = qkv[:D][cols]
-        t[f"layers.{i}.qkv.codes"] = packing.pack_ternary_tiles(qkv)
-        o = packing.unpack_ternary_tiles(ef.tensors[f"layers.{i}.o.codes"], D, D)
-        t[f"layers.{i}.o.codes"] = packing.pack_ternary_tiles(o[:, cols])
+        t[f"layers.{i}.qkv.codes"] = packing.pack_tiles(qkv, ef.packing)
+        o = packing.unpack_tiles(ef.tensors[f"layers.{i}.o.codes"], D, D, ef.packing)
+        t[f"layers.{i}.o.codes"] = packing.pack_tiles(o[:, cols], ef.packing)
         t[f"layers.{i}.attn_sub_norm"] = np.asarray(ef.tensors[f"layers.{i}.attn_sub_norm"])[cols].copy()
     return t
 

@@ -9,9 +9,11 @@ from bitnet_app.checkpoint.synthetic import SHAPES, random_bf16, random_ternary_
 from test_kernels import PATHS
 
 
-def test_tiny_file_is_consistent(tmp_path):
-    path = write_synthetic_engine_file(str(tmp_path / "tiny.bitnet"), shape="tiny", seed=1)
+@pytest.mark.parametrize("layout", packing.PACKINGS)
+def test_tiny_file_is_consistent(tmp_path, layout):
+    path = write_synthetic_engine_file(str(tmp_path / "tiny.bitnet"), shape="tiny", seed=1, layout=layout)
     ef = EngineFile(path)
+    assert ef.packing == layout
     cfg, s = ef.config, SHAPES["tiny"]
     D, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     q = cfg["num_attention_heads"] * cfg["head_dim"]
@@ -20,9 +22,14 @@ def test_tiny_file_is_consistent(tmp_path):
     for i in range(cfg["num_hidden_layers"]):
         for name, n, k in (("qkv", q + 2 * kv, D), ("o", D, q), ("gate_up", 2 * I, D), ("down", D, I)):
             codes = ef[f"layers.{i}.{name}.codes"]
-            assert codes.shape == (n // 16, k // 16, 64)
-            fields = np.stack([(codes >> (2 * j)) & 3 for j in range(4)])
-            assert fields.max() <= 2 and len(np.unique(fields)) == 3          # ternary, all three values used
+            assert codes.shape == packing.ternary_tile_shape(n, k, layout)
+            if layout == "2bit":
+                fields = np.stack([(codes >> (2 * j)) & 3 for j in range(4)])
+                assert fields.max() <= 2 and len(np.unique(fields)) == 3      # ternary, all three values used
+            else:  # every byte a valid 5-digit code, and the digits past k weight 0
+                assert np.array_equal(packing.encode_trits(packing.decode_trits(codes)), codes)
+                full = packing.unpack_ternary5_tiles(codes, n, codes.shape[1] * 20)
+                assert len(np.unique(full[:, :k])) == 3 and not full[:, k:].any()
             sc = ef[f"layers.{i}.{name}.scale"]
             assert sc.shape == (n,) and np.all((sc > 1.1) & (sc < 1.9))
         assert ef[f"layers.{i}.ffn_sub_norm"].shape == (I,)
@@ -58,8 +65,9 @@ def test_unknown_shape():
 
 
 def test_the_cli_knows_every_shape():
-    from bitnet_app.__main__ import SYNTHETIC_SHAPES
+    from bitnet_app.__main__ import PACKINGS, SYNTHETIC_SHAPES
     assert SYNTHETIC_SHAPES == tuple(SHAPES)
+    assert PACKINGS == packing.PACKINGS
 
 
 def test_llama_family_shape_runs_like_the_numpy_reference(tmp_path):

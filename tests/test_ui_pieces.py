@@ -165,6 +165,52 @@ def test_beats_are_a_token_in_ar_and_a_step_with_its_tokens_in_diffusion():
         [[s1, tok[0], tok[1]], [s2, tok[2], done]]
 
 
+class _Placeholder:
+    """A stand-in for st.empty(): every body drawn into it, and what it shows now (None once emptied)."""
+
+    def __init__(self):
+        self.drawn, self.shown = [], None
+
+    def markdown(self, body, **_):
+        self.drawn.append(body)
+        self.shown = body
+
+    def empty(self):
+        self.shown = None
+
+
+def test_without_slow_motion_the_live_picture_shows_the_first_step_then_one_at_most_every_redraw_s(monkeypatch):
+    """The unpaced page (the browser test watches the live picture in Slow motion, where every step is drawn): the
+    first step at once, then the latest step at most every REDRAW_S, never an empty block; Done swaps the live
+    picture for the finished one."""
+    import re
+    from types import SimpleNamespace
+
+    from bitnet_app.decode.events import Done, Token
+    from bitnet_app.ui import reply
+
+    placeholders = []
+    monkeypatch.setattr(reply, "st", SimpleNamespace(empty=lambda: placeholders.append(_Placeholder()) or
+                                                     placeholders[-1]))
+    clock = [100.0]
+    monkeypatch.setattr(reply.time, "perf_counter", lambda: clock[0])
+    msg = reply.new_message("diffusion")
+    view = reply.ReplyView(msg, SimpleNamespace(decode=lambda ids: TEXT[ids[0]]), prompt_tokens=32)
+    picture, finished = placeholders[0], placeholders[2]
+    block = [MASK] * 4
+    for slot, wait in enumerate((0.0, reply.REDRAW_S / 2, reply.REDRAW_S, 0.0)):  # step 2 and 4 come too soon
+        clock[0] += wait
+        block[slot] = slot + 1
+        view.apply(Step(32, tuple(block), (slot,), MASK))
+        view.apply(Token(slot + 1, TEXT[slot + 1]))
+        view.draw()
+    assert [re.search(r"step (\d+)", body).group(1) for body in picture.drawn] == ["1", "3"]
+    assert all(not re.search(r" 0 of \d+ places filled", body) for body in picture.drawn)  # never empty
+    assert 'class="bp live"' in picture.shown and finished.shown is None
+    view.apply(Done({"tokens": 4, "steps": 4, "prompt_tokens": 32}, "length", "Hi <b>\n!"))
+    assert picture.shown is None and 'class="bp-final"' in finished.shown
+
+
 def test_slow_motion_holds_its_rate():
     import time
 

@@ -1,7 +1,7 @@
 """Hugging Face 1.58-bit checkpoint folder (BitNetForCausalLM, a Llama with BitNet quantization, or 1bitLLM's
 BitnetForCausalLM; see checkpoint/families.py) -> one packed engine file (engine/file.py).
 
-    convert_checkpoint(src_dir, out_path, *, progress=None) -> out_path
+    convert_checkpoint(src_dir, out_path, *, progress=None, packing=None) -> out_path
 
 Two source layouts:
   offline  microsoft/bitnet-b1.58-2B-4T: `<proj>.weight` U8 (N/4, K) in the HF blocked layout
@@ -19,7 +19,8 @@ Sub-norms: under one of the namings of families.py (BitNet's self_attn.attn_sub_
 self_attn.inner_attn_ln / mlp.ffn_layernorm), or none (the Llama family): whichever layer 0 has, every layer must
 have, and a family that requires them must have them.
 Output tensors (names and layouts in engine/file.py): per layer, q|k|v and gate|up fused row-wise into
-one tile-packed ternary matrix each with a float32 per-row multiplier (Np,), padding rows 0.
+one tile-packed ternary matrix each (1.6-bit tiles by default, or 2-bit: packing.packing_for) with a float32
+per-row multiplier (Np,), padding rows 0.
 The embedding stays bf16 (V, D). The head is the embedding (tied) or lm_head.weight (untied: stored bf16 as
 `lm_head` for the exact head); the int8 head is the head's per-row absmax quantization, built in row chunks.
 """
@@ -31,6 +32,7 @@ import numpy as np
 
 from ..engine import packing
 from ..engine.file import write_engine_file
+from ..engine.packing import packing_for
 from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
 from .families import SUB_NORM_NAMINGS, family_of
@@ -191,10 +193,11 @@ def _finite_f32(ck: Checkpoint, name: str) -> np.ndarray:
     return arr
 
 
-def _fuse(parts: list[tuple[np.ndarray, np.float32]]) -> tuple[np.ndarray, np.ndarray]:
-    """[(T_j (N_j, K), m_j)] -> (tiles of concat(T_j) rows, per-row multiplier float32 (Np,), 0 in padding)."""
+def _fuse(parts: list[tuple[np.ndarray, np.float32]], layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """[(T_j (N_j, K), m_j)] -> (tiles of concat(T_j) rows in `layout`, per-row multiplier float32 (Np,), 0 in
+    padding)."""
     t = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts], axis=0)
-    codes = packing.pack_ternary_tiles(t)
+    codes = packing.pack_tiles(t, layout)
     scale = np.zeros(codes.shape[0] * packing.TILE_ROWS, dtype=np.float32)
     row = 0
     for tj, mj in parts:
@@ -238,9 +241,10 @@ def _read_embed(ck: Checkpoint, V: int, D: int, name: str = "model.embed_tokens.
     return embed
 
 
-def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
+def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: str | None = None) -> str:
     """Convert the HF checkpoint folder `src_dir` to the engine file `out_path` (written atomically).
-    progress: optional callable(fraction in [0, 1], message). Returns out_path.
+    progress: optional callable(fraction in [0, 1], message). packing: the ternary tiles' layout ("2bit" or
+    "1.6bit"; None: engine/packing.py packing_for chooses). Returns out_path.
     Raises ConvertError (a ValueError) for any bad input; nothing is written under out_path then."""
     t0 = time.time()
 
@@ -280,6 +284,10 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
 
     L = cfg["num_hidden_layers"]
     projs = list(projection_shapes(cfg))
+    try:
+        layout_of_tiles = packing_for(max(k for _, k in projection_shapes(cfg).values()), packing)
+    except ValueError as exc:
+        raise ConvertError(str(exc)) from None
     inferred = False
     if layout == "online":
         scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
@@ -311,7 +319,8 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
             for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
                                ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
                                ("down", ("mlp.down_proj",))):
-                tensors[o + eng + ".codes"], tensors[o + eng + ".scale"] = _fuse([tern[g] for g in group])
+                tensors[o + eng + ".codes"], tensors[o + eng + ".scale"] = _fuse([tern[g] for g in group],
+                                                                                  layout_of_tiles)
             del tern
             report(0.1 + 0.85 * (i + 1) / max(L, 1), f"layer {i + 1}/{L}")
         tensors.update(head)
@@ -324,6 +333,7 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None) -> str:
     embed_dtype = ck.dtype("model.embed_tokens.weight")
     meta = dict(text)
     meta["config"] = cfg
+    meta["ternary_packing"] = layout_of_tiles
     meta["source"] = {
         "path": os.path.abspath(src_dir), "family": fam.name, "sub_norm_naming": naming,
         "layout": layout, "linear_class": linear_class,

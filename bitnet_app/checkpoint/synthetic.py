@@ -1,6 +1,6 @@
 """A random engine file of a named shape, written directly (no checkpoint, no packing of big matrices).
 
-    write_synthetic_engine_file(out_path, shape="2b4t", seed=0) -> out_path
+    write_synthetic_engine_file(out_path, shape="2b4t", seed=0, layout=None) -> out_path
 
 For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests. The shapes (checkpoint/shapes.py): the
 real 2B-4T shape (30 layers, 2560/6912, 20/5 heads, vocab 128256), the Llama-family shapes falcon3-1b, falcon3-3b,
@@ -11,7 +11,8 @@ untied head, and its weight-scale rule. Ternary tiles are random bytes whose fou
 (1 / weight_scale, for a family whose weight_scale divides); norms are around 1; the embedding (and an untied
 lm_head) is random bf16 and the int8 head is its real per-row quantization (so the exact and the int8 heads
 agree). The tokenizer is a real but tiny byte-level one (256 byte tokens, no merges) with the special tokens at
-the shape's real ids, so the model layer can load the file and encode/decode text.
+the shape's real ids, so the model layer can load the file and encode/decode text. The tiles are in either layout
+(packing.PACKINGS; by default the one the converter writes on this CPU).
 """
 import json
 
@@ -35,6 +36,29 @@ def random_ternary_tiles(rng, n: int, k: int) -> np.ndarray:
     """Random tile-packed ternary matrix uint8 (n/16, k/16, 64); n, k multiples of 16."""
     raw = rng.integers(0, 256, size=n * k // 4, dtype=np.uint8)
     return _BYTE_TO_TERNARY[raw].reshape(n // 16, k // 16, 64)
+
+
+# the 243 bytes of the 1.6-bit layout (5 codes each); a random byte b maps to entry b % 243
+_TRIT_BYTES = packing.encode_trits(np.array(np.meshgrid(*[range(3)] * 5, indexing="ij")).reshape(5, -1).T)
+_BYTE_TO_TRITS = _TRIT_BYTES[np.arange(256) % 243]
+
+
+def random_ternary5_tiles(rng, n: int, k: int) -> np.ndarray:
+    """Random 1.6-bit tiles uint8 (n/16, G5, 64) (packing.py); n, k multiples of 16. The last group's digits past
+    k hold code 1 (weight 0), as the converter writes them."""
+    g5 = packing.trit5_groups(k)
+    tiles = _BYTE_TO_TRITS[rng.integers(0, 256, size=n // 16 * g5 * 64, dtype=np.uint8)].reshape(n // 16, g5, 64)
+    rest = (k // 4) % packing.TRITS
+    if rest:
+        digits = packing.decode_trits(tiles[:, -1])
+        digits[..., rest:] = 1
+        tiles[:, -1] = packing.encode_trits(digits)
+    return tiles
+
+
+def random_tiles(rng, n: int, k: int, layout: str) -> np.ndarray:
+    """Random ternary tiles of an (n, k) matrix in the layout `layout` (packing.PACKINGS)."""
+    return random_ternary_tiles(rng, n, k) if layout == packing.PACKING_2BIT else random_ternary5_tiles(rng, n, k)
 
 
 def random_bf16(rng, rows: int, cols: int, std: float) -> np.ndarray:
@@ -93,10 +117,14 @@ def tiny_tokenizer_json(bos: int, eos: int, eot: int) -> str:
     return tok.to_str()
 
 
-def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 0) -> str:
+def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 0, layout: str | None = None) -> str:
+    """layout: the ternary tiles' packing (packing.PACKINGS); None: what the converter writes on this CPU."""
     if shape not in SHAPES:
         raise ValueError(f"unknown synthetic shape {shape!r}; choose one of {', '.join(SHAPES)}")
     s = SHAPES[shape]
+    if layout is None:
+        from ..engine.kernel_paths import preferred_packing
+        layout = preferred_packing()
     rng = np.random.default_rng(seed)
     D, I, L, V = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["vocab_size"]
     q, kv = s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
@@ -121,7 +149,7 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
         if sub_norms:
             tensors.update({o + "attn_sub_norm": norm(D), o + "ffn_sub_norm": norm(I)})
         for name, rows, k in (("qkv", (q, kv, kv), D), ("o", (D,), q), ("gate_up", (I, I), D), ("down", (D,), I)):
-            tensors[o + name + ".codes"] = random_ternary_tiles(rng, sum(rows), k)
+            tensors[o + name + ".codes"] = random_tiles(rng, sum(rows), k, layout)
             tensors[o + name + ".scale"] = scales(*rows)
     tensors.update(build_int8_head(tensors.get("lm_head", tensors["embed"])))
 
@@ -132,6 +160,7 @@ def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 
                   tie_word_embeddings=tied, rope_scaling=None)
     meta = {
         "config": config,
+        "ternary_packing": layout,
         "tokenizer_json": tiny_tokenizer_json(s["bos"], s["eos"], s["eot"]),
         "tokenizer_config": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
                              "chat_template": BITNET_CHAT_TEMPLATE},

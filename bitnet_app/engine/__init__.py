@@ -8,6 +8,7 @@ The engine itself is C, in _kernels/ at the top of the repository; Python reache
                         schedule.c     which items of each stage run on which thread (pool.c: the threads)
                         dispatch.c     the kernel path for this CPU; kernels_<isa>.c: one file per path
                         greedy.c, sample.c, rows_job.c   the sampler's rows; roof.c: the machine's read roof
+                        tiles5.c       1.6-bit tiles for a batch; thread_buffer.c: the kernels' per-thread scratch
     _kernels/engine.pyx  --setup.py-->  bitnet_app._engine: CEngine (one C call per forward, the GIL released),
                         kernel_paths(), kernel_name(), read_roof_gb_s(), int8_tile_rowsums() (values.py)
     runtime.py          Engine wraps CEngine (the KV-cache bookkeeping, argument checks, resident weights);

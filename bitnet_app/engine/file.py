@@ -1,6 +1,6 @@
 """The packed engine file: one versioned, mmap-able file per converted checkpoint.
 
-Layout (little endian), format 3 (format 2 files are still read, see "Versions" below):
+Layout (little endian), format 4 (format 2 and 3 files are still read, see "Versions" below):
     bytes 0..7    magic b"BITNETAP"
     bytes 8..11   uint32 format version (FORMAT_VERSION)
     bytes 12..19  uint64 length of the JSON metadata that follows
@@ -16,7 +16,9 @@ each CHUNK_BYTES piece of the data region, read as little-endian uint64 words), 
 layer needs: "tokenizer_json", "tokenizer_config",
 "generation_config", "chat_template", "stop_ids", "bos_id", "mask_id", "diffusion" (block_size and attention:
 what the model was trained with, TRAINED_BLOCK_SIZE and PLAIN_ATTENTION where the checkpoint names none; trained;
-a dlm_config.json's suggested sub_block_size and threshold), "source".
+a dlm_config.json's suggested sub_block_size and threshold), "source"; and "ternary_packing" (format 4): the
+layout of every ternary matrix's tiles, "2bit" (4 codes a byte) or "1.6bit" (5 codes a byte), packing.py PACKINGS;
+the converter chooses it.
 
 Config keys of format 3 beyond the sizes (checkpoint/config.py writes them, validate.py checks them):
     hidden_act "relu2" | "silu"      the gated MLP's activation
@@ -26,8 +28,11 @@ Config keys of format 3 beyond the sizes (checkpoint/config.py writes them, vali
 The weight-scale rule (multiply or divide by the checkpoint's weight_scale) is folded into each matrix's
 per-row multiplier at conversion, so the engine has one rule: W_eff = T * scale.
 
-Versions: format 2 (before the Llama family) had no such keys and always held relu2, sub-norms and a tied
-head; it is read with those values filled in. Format 1 and unknown versions are refused with "convert again".
+Versions: format 3 (before the 1.6-bit tiles) has no "ternary_packing" and always holds 2-bit tiles; it is read
+as "2bit". Format 2 (before the Llama family) had none of the config keys above either and always held relu2,
+sub-norms and a tied head; it is read with those values filled in. Format 1 and unknown versions are refused with
+"convert again". A checkpoint folder's cached conversion is keyed by the format (engine/cache.py), so an older
+cached file is converted again, into the current format, when the app next opens that checkpoint.
 
 Tensor names (i = layer index), layouts from packing.py:
     embed                       uint16 (V, D)        bfloat16 bits, row-major (embedding; the exact head when tied)
@@ -37,7 +42,8 @@ Tensor names (i = layer index), layouts from packing.py:
     layers.i.attn_sub_norm      float32 (D,)         only when sub_norms
     layers.i.ffn_norm           float32 (D,)         post_attention_layernorm
     layers.i.ffn_sub_norm       float32 (I,)         only when sub_norms
-    layers.i.{qkv,o,gate_up,down}.codes  uint8 ternary tiles; .scale float32 (Np,) per-row multiplier
+    layers.i.{qkv,o,gate_up,down}.codes  uint8 ternary tiles in the file's packing (packing.ternary_tile_shape);
+                                .scale float32 (Np,) per-row multiplier
         qkv rows = [q (H*hd) | k (KVH*hd) | v (KVH*hd)], K = D
         o: N = D, K = H*hd;  gate_up rows = [gate (I) | up (I)], K = D;  down: N = D, K = I
     head.i8                     int8 tiles (Vp/16, Dp/4, 64); head.scale float32 (Vp,); head.rowsum int32 (Vp,)
@@ -69,12 +75,13 @@ import time
 
 import numpy as np
 
+from .packing import PACKING_2BIT
 from .validate import DTYPES, EngineFileError, check_meta, check_table
 from .values import check_small_tensors, check_tensor_set, ternary_code_problem
 
 MAGIC = b"BITNETAP"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (2, 3, 4)
 # what a format-2 file implicitly was: BitNet b1.58 2B-4T's architecture
 FORMAT_2_DEFAULTS = {"hidden_act": "relu2", "sub_norms": True, "tie_word_embeddings": True, "rope_scaling": None}
 # meta["diffusion"] of a checkpoint that names none (converted files always hold both; a file without them means these):
@@ -211,7 +218,8 @@ def _problem(version, meta_len: int, size: int) -> str | None:
     if version is None:
         return "is too short to be an engine file (truncated?). Convert the checkpoint again."
     if version not in READABLE_VERSIONS:
-        return (f"has engine format {version}, this version reads {' and '.join(map(str, READABLE_VERSIONS))}. "
+        readable = ", ".join(map(str, READABLE_VERSIONS[:-1])) + f" and {READABLE_VERSIONS[-1]}"
+        return (f"has engine format {version}, this version reads {readable}. "
                 "Convert the checkpoint again "
                 "(the cached copy of a checkpoint folder or Hub repo is rebuilt by itself).")
     if meta_len > min(size - _HEADER.size, MAX_META_BYTES):
@@ -254,6 +262,8 @@ def _read_meta(path: str) -> tuple[dict, int]:
     if version == 2 and isinstance(meta.get("config"), dict):
         for key, value in FORMAT_2_DEFAULTS.items():
             meta["config"].setdefault(key, value)
+    if version < 4:
+        meta.setdefault("ternary_packing", PACKING_2BIT)
     return meta, size
 
 
@@ -293,8 +303,9 @@ class EngineFile:
         else:
             rng = np.random.default_rng()
             chunks = sorted({0, n - 1, *(int(c) for c in rng.integers(0, n, SAMPLED_CHUNKS))})
+        # (2-bit tiles only: every byte of 1.6-bit tiles decodes to codes 0, 1, 2 on every path, packing.py)
         codes = [(e["offset"], e["offset"] + e["nbytes"], name) for name, e in self.meta["tensors"].items()
-                 if name.endswith(".codes")]
+                 if name.endswith(".codes") and self.packing == PACKING_2BIT]
         for c in chunks:
             b = start + c * CHUNK_BYTES
             got = int(_words(self._mm[b:min(end, b + CHUNK_BYTES)]).sum(dtype=np.uint64))
@@ -318,6 +329,11 @@ class EngineFile:
     @property
     def config(self) -> dict:
         return self.meta["config"]
+
+    @property
+    def packing(self) -> str:
+        """The layout of the ternary tiles: "2bit" or "1.6bit" (packing.PACKINGS)."""
+        return self.meta["ternary_packing"]
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.tensors[name]

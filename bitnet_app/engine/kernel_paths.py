@@ -10,6 +10,8 @@ A name is what BITNET_ISA, `bench --isa` and Engine(isa=...) take to force a pat
     names()            every name (emulated=False: the paths a CPU can be given by itself)
     label(name)        its words for people ("AVX512-VNNI")
     supported()        the names of the paths this CPU (and this build) can run
+    preferred_packing()  the ternary tiles' layout this CPU's automatic path decodes fastest (what the converter
+                       writes unless told: engine/packing.py packing_for)
 """
 from dataclasses import dataclass
 
@@ -33,12 +35,17 @@ class KernelPath:
     emulated: bool = False  # another path's code with its special instructions written in AVX2 or plain C: the
     #                         tests' way to run that code on every AVX2 CPU; never the automatic choice
     simd: bool = True       # False: plain C, the path of CPUs without AVX2 (correct, but slow)
+    # True: it decodes 1.6-bit tiles (5 codes a byte) for about the compute of 2-bit ones, so their fewer bytes make
+    # decode faster (two vpdpbusd per digit, no codes formed: kernels_avx512.c). The AVX2 decode forms each code with
+    # compares, ~1.8x the 2-bit kernel's work (slower where decode is not bound by memory alone), so CPUs whose best
+    # path is AVX2 or plain C get 2-bit tiles.
+    trit_tiles: bool = False
 
 
 PATHS = (
-    KernelPath(AMX, "AMX + AVX512-VNNI", _AVX512_FLAGS | {"amx_tile", "amx_int8"}),
-    KernelPath(AVX512, "AVX512-VNNI", _AVX512_FLAGS),
-    KernelPath(AVXVNNI, "AVX-VNNI", _AVX2_FLAGS | {"avx_vnni"}),
+    KernelPath(AMX, "AMX + AVX512-VNNI", _AVX512_FLAGS | {"amx_tile", "amx_int8"}, trit_tiles=True),
+    KernelPath(AVX512, "AVX512-VNNI", _AVX512_FLAGS, trit_tiles=True),
+    KernelPath(AVXVNNI, "AVX-VNNI", _AVX2_FLAGS | {"avx_vnni"}, trit_tiles=True),
     KernelPath(AVX2, "AVX2", _AVX2_FLAGS),
     KernelPath(PORTABLE, "portable C", frozenset(), simd=False),
     KernelPath(AVXVNNI_EMULATED, "AVX-VNNI (emulated in AVX2)", _AVX2_FLAGS, emulated=True),
@@ -67,3 +74,10 @@ def supported(emulated: bool = True) -> list[str]:
         except ValueError:
             pass
     return out
+
+
+def preferred_packing() -> str:
+    """"1.6bit" when the path this CPU runs by itself has trit_tiles, else "2bit" (packing.PACKINGS)."""
+    from .. import _engine
+
+    return "1.6bit" if BY_NAME[_engine.kernel_name("")].trit_tiles else "2bit"

@@ -6,7 +6,7 @@ Shapes: T tokens at positions 0..T-1, D hidden, hd head dim, mask (T, T) bool, T
 """
 import numpy as np
 
-from .packing import bf16_to_f32, unpack_int8_tiles, unpack_ternary_tiles
+from .packing import bf16_to_f32, unpack_int8_tiles, unpack_tiles
 from .rope import rope_inv_freq
 
 
@@ -41,7 +41,7 @@ class NumpyModel:
             lay = {k: np.asarray(t[p + k]) if p + k in t else None   # sub-norms: None when the model has none
                    for k in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm")}
             for name, (n, k) in shapes.items():
-                lay[name] = (unpack_ternary_tiles(t[p + name + ".codes"], n, k).astype(np.float32),
+                lay[name] = (unpack_tiles(t[p + name + ".codes"], n, k, ef.packing).astype(np.float32),
                              np.asarray(t[p + name + ".scale"])[:n])
             self.layers.append(lay)
         V, D = self.V, self.D
@@ -81,9 +81,19 @@ class NumpyModel:
         c, s = cos[:, None, :], sin[:, None, :]
         return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
 
-    def hidden(self, ids, mask, kv16=False):
+    @staticmethod
+    def kv_i8(x):
+        """K or V (T, G, hd) as the engine's int8 cache holds them: per (position, head) row q = rint(x * 127 / m),
+        m = max|x|, and the scale m / 127; returned dequantized, q * scale (float32)."""
+        m = np.abs(x).max(axis=-1, keepdims=True)
+        safe = np.where(m > 0, m, np.float32(1))
+        q = np.clip(np.rint(x * (np.float32(127) / safe)), -128, 127)
+        return np.where(m > 0, q * (m / np.float32(127)), np.float32(0)).astype(np.float32)
+
+    def hidden(self, ids, mask, kv16=False, kv=None):
         """Final hidden states (T, D) after the last norm. kv16: K and V rounded to IEEE half, as the
-        engine's fp16 KV cache stores them."""
+        engine's fp16 KV cache stores them; kv "f32" / "f16" / "i8" (the int8 cache: kv_i8) says it instead."""
+        kv = kv or ("f16" if kv16 else "f32")
         T = len(ids)
         x = self.embed[np.asarray(ids)].copy()
         cos, sin = self.rope_tables(T)
@@ -94,8 +104,10 @@ class NumpyModel:
             q = self.rope(qkv[:, :D].reshape(T, H, hd), cos, sin)
             k = self.rope(qkv[:, D:D + G * hd].reshape(T, G, hd), cos, sin)
             v = qkv[:, D + G * hd:].reshape(T, G, hd)
-            if kv16:
+            if kv == "f16":
                 k, v = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
+            elif kv == "i8":
+                k, v = self.kv_i8(k), self.kv_i8(v)
             out = np.zeros((T, H, hd), np.float32)
             for h in range(H):
                 g = h // (H // G)
@@ -114,11 +126,11 @@ class NumpyModel:
             x = x + self.linear(self.rmsnorm(hmid, lay["ffn_sub_norm"]), lay["down"])
         return self.rmsnorm(x, self.norm)
 
-    def logits(self, ids, mask=None, head="exact", kv16=False):
+    def logits(self, ids, mask=None, head="exact", kv16=False, kv=None):
         """(T, V) float32; head "exact" uses the bf16 head (the embedding, or lm_head when untied), "int8" the
-        engine's int8 head."""
+        engine's int8 head; kv16 / kv: the KV cache's precision (hidden)."""
         mask = causal_mask(len(ids)) if mask is None else mask
-        h = self.hidden(ids, mask, kv16)
+        h = self.hidden(ids, mask, kv16, kv)
         if head == "exact":
             return (h.astype(np.float64) @ self.head.T.astype(np.float64)).astype(np.float32)
         q, inv = self.quant(h)

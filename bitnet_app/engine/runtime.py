@@ -20,8 +20,10 @@ are not all finite (a damaged file: NaN or infinity in its weights) raise NonFin
 the file), and the positions the call wrote are forgotten.
 
 lm_head "int8" (default; per-row scales, half the bytes of bf16) or "exact" (the bf16 embedding).
-kv "f16" (default with the int8 head: half the memory and attention traffic of float32) or "f32"
-(default with the exact head, so that "exact" reproduces the fp32 reference).
+kv "f16" (default with the int8 head: half the memory and attention traffic of float32), "f32" (default with the
+exact head, so that "exact" reproduces the fp32 reference), or "i8" (int8 with a scale per head and position,
+absmax / 127: about half fp16's bytes again, for long conversations; its agreement with f16 is measured in
+benchmarks/BENCHMARKS.md).
 """
 import errno
 import numbers
@@ -37,6 +39,8 @@ from .validate import MAX_CONTEXT, NonFiniteLogits
 
 # forces a kernel path: a name of kernel_paths.py (else the dispatcher takes the best one the CPU has)
 ISA_ENV = "BITNET_ISA"
+# the KV cache's element types, in the order of _kernels/bitnet.h enum bn_kv
+KV_TYPES = ("f32", "f16", "i8")
 MAX_THREADS = 256      # _kernels/pool.h BN_POOL_MAX_THREADS (the C engine refuses more, and checks it again)
 C_INT_MAX = 2**31 - 1  # block_size and top_k reach the C code as C ints
 
@@ -97,8 +101,8 @@ class Engine:
         if lm_head not in ("int8", "exact"):
             raise ValueError(f"lm_head must be 'int8' or 'exact', not {lm_head!r}")
         kv = kv or ("f32" if lm_head == "exact" else "f16")
-        if kv not in ("f16", "f32"):
-            raise ValueError(f"kv must be 'f16' or 'f32', not {kv!r}")
+        if kv not in KV_TYPES:
+            raise ValueError(f"kv must be one of {', '.join(repr(k) for k in KV_TYPES)}, not {kv!r}")
         cfg = ef.config
         self.file = ef
         self.lm_head = lm_head
@@ -113,7 +117,7 @@ class Engine:
         if isa is not None and not isinstance(isa, str):
             raise ValueError(f"isa must be the name of a kernel path or None, not {isa!r}")
         isa = isa or os.environ.get(ISA_ENV) or None
-        weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors))
+        weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors), packing=ef.packing)
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
             try:
                 weights.resident = shared_resident(ef, streamed_names(ef.tensors, lm_head))  # kept by the engine
@@ -122,7 +126,7 @@ class Engine:
                 if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
                     raise  # e.g. the file shrank since it was opened: reading its mmap would crash later
         self._weights = weights  # the arrays the C engine points into
-        self._c = _engine.CEngine(weights, lm_head == "exact", kv == "f16", int(threads), isa, self.ctx)
+        self._c = _engine.CEngine(weights, lm_head == "exact", KV_TYPES.index(kv), int(threads), isa, self.ctx)
         self.isa = self._c.isa
         self.threads = self._c.threads
         self.n_past = 0

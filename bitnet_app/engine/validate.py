@@ -4,7 +4,8 @@ check_table(meta, size, ...) -> layout   the tensor table: known dtypes, shapes 
                                          to the shape's size, offsets aligned, after the metadata, in
                                          bounds and not overlapping; the layout block (data start, file size,
                                          chunk sums) consistent with the file
-check_meta(meta, where)                  the config (config_problem) and the keys the model layer reads
+check_meta(meta, where)                  the config (config_problem), the ternary packing and the keys the model
+                                         layer reads
 config_problem(cfg) -> str | None        the hyper-parameters the engine runs on: positive whole numbers
                                          (not booleans, not 1.5), a finite positive rope_theta and
                                          rms_norm_eps, each in the range a real model could have (REAL_RANGES),
@@ -18,6 +19,7 @@ import math
 
 import numpy as np
 
+from .packing import PACKINGS
 from .rope import ROPE_SCALING_KEYS
 
 DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int32": np.int32, "float32": np.float32}
@@ -173,6 +175,8 @@ def check_meta(meta: dict, where: str) -> None:
     for key in ("tokenizer_config", "generation_config", "diffusion", "source"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             _fail(where, f"has a {key} that is not an object")
+    if meta.get("ternary_packing") not in PACKINGS:
+        _fail(where, f"has a ternary_packing {str(meta.get('ternary_packing'))[:40]!r} (one of {', '.join(PACKINGS)})")
     if meta.get("prompt_format") not in (None, "chat", "completion"):
         _fail(where, f"has a prompt_format {meta['prompt_format']!r} (chat or completion)")
     d = meta.get("diffusion") or {}

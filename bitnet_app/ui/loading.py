@@ -31,9 +31,14 @@ class Loaded:
         self.lock = threading.Lock()
 
 
-def _open(path: str, threads: int) -> Loaded:
+def kv_setting() -> str:
+    """The KV cache the sidebar asks for ("f16" or "i8"): an argument of the cached loaders, so a change reloads."""
+    return st.session_state.get("kv_cache") or "f16"
+
+
+def _open(path: str, threads: int, kv: str) -> Loaded:
     from ..model import Model
-    return Loaded(Model.open(path, threads=threads or None), path)
+    return Loaded(Model.open(path, threads=threads or None, kv=kv), path)
 
 
 def _release(loaded: Loaded) -> None:
@@ -43,15 +48,15 @@ def _release(loaded: Loaded) -> None:
 
 
 @st.cache_resource(max_entries=1, show_spinner="Loading the model…", on_release=_release)
-def load_engine(path: str, threads: int) -> Loaded:
-    return _open(path, threads)
+def load_engine(path: str, threads: int, kv: str = "f16") -> Loaded:
+    return _open(path, threads, kv)
 
 
 @st.cache_resource(max_entries=1, show_spinner="Loading a second engine for the side-by-side run…",
                    on_release=_release)
-def load_compare_engine(path: str, threads: int) -> Loaded:
+def load_compare_engine(path: str, threads: int, kv: str = "f16") -> Loaded:
     """The compare view decodes AR and diffusion in turn, so it needs a second engine (its own KV cache)."""
-    return _open(path, threads)
+    return _open(path, threads, kv)
 
 
 def ensure_model(source: Source, threads: int, *, clear_on: frozenset = frozenset(),
@@ -121,7 +126,7 @@ def _ensure(source: Source, threads: int, work: list) -> Loaded:
 
 def _load(path: str, threads: int) -> Loaded:
     try:
-        return load_engine(path, int(threads))
+        return load_engine(path, int(threads), kv_setting())
     except Exception as exc:  # noqa: BLE001 - a broken file or an engine that cannot start is explained
         raise LoadFailure("bad_checkpoint", f"The model file {path} could not be loaded: {exc}") from exc
 

@@ -80,6 +80,11 @@ def model_picker(busy: bool):
         st.selectbox("CPU threads", list(range(cores + 1)), key="threads", disabled=busy,
                      format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
                      help="Threads for the engine; auto uses every core. Changing it reloads the model.")
+        st.selectbox("KV cache", ["f16", "i8"], key="kv_cache", disabled=busy,
+                     format_func=lambda kv: {"f16": "fp16", "i8": "int8 (half the memory)"}[kv],
+                     help="How the engine keeps the conversation's keys and values: fp16, or int8 with a scale "
+                          "per head and position (half the bytes: faster deep into a long conversation, logits "
+                          "within ~1% of fp16's). Changing it reloads the model.")
         source = model_choices.resolve(label, custom)
         roof = read_roof(_threads())
         if source is not None:
@@ -199,6 +204,7 @@ def model_info(model, label: str) -> None:
             rows = [("Model", label), ("Parameters", _count(int(info["parameters"]))),
                     ("Model file", format_bytes(int(info["file_bytes"]))),
                     ("Kernel path", info["isa_label"]), ("Threads", str(info.get("threads"))),
+                    ("KV cache", str(info.get("kv"))),
                     ("Context", f"{info.get('context')} tokens"),
                     ("RAM", f"{format_bytes(info['rss_bytes'])} used of {format_bytes(info['ram_bytes'])}"),
                     ("Diffusion-trained", "yes" if info.get("trained_for_diffusion") else "no")]

@@ -40,6 +40,7 @@ SETTINGS = {
     "model_choice": None,     # None: the picker chooses its default before drawing
     "custom_source": "",
     "threads": 0,             # 0: all cores
+    "kv_cache": "f16",        # the engine's KV cache: "f16", or "i8" (half the bytes, for long conversations)
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
     "slow_motion": False,     # replies drawn at a watchable pace (small models are faster than the eye)
