@@ -100,13 +100,18 @@ def test_engine_reproduces_transformers_on_the_demo_model(demo):
     assert exact["argmax"] >= argmax_min, (exact, argmax_min)   # measured: 1.0 (Zen 3 AVX2, Zen 4 AVX-512)
 
     # The fast default (int8 head, fp16 KV) approximates the head and the cache, so it may change the top-1 where
-    # the reference's two best logits are nearly tied, never elsewhere: at most 3% of the positions, each where the
-    # reference's margin is within the int8 head's resolution (1/127 of the logit scale). Measured (Zen 3 AVX2,
-    # Zen 4 AVX-512 and AVX2, portable): 0-3 of 164 positions, margins 0.05-0.14% of the scale.
+    # the reference's two best logits are nearly tied, never elsewhere: only where the reference's margin is within
+    # the int8 head's resolution (1/127 of the logit scale), and at most half of those near-ties. Measured: phase
+    # 3's model 0-3 flips of 164 positions (Zen 3 AVX2, Zen 4 AVX-512 and AVX2, portable); phase 4's, more sure of
+    # the skill turn and as unsure of the Shakespeare one, 6 of its near-ties (Zen 4 AVX-512), margins <= 0.26%.
     fast = Model.open(demo, threads=2).logits(ids)                               # int8 head, fp16 KV
     flips = np.nonzero(fast.argmax(1) != ref.argmax(1))[0]
-    margins = (ref.max(1) - ref[np.arange(len(ids)), fast.argmax(1)])[flips] / np.abs(ref).max()
-    assert len(flips) <= 0.03 * len(ids) and np.all(margins <= 1 / 127), (flips, margins)
+    scale = np.abs(ref).max()
+    margins = (ref.max(1) - ref[np.arange(len(ids)), fast.argmax(1)])[flips] / scale
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    near_ties = int(np.sum((top2[:, 1] - top2[:, 0]) / scale <= 1 / 127))
+    assert np.all(margins <= 1 / 127), (flips, margins)
+    assert len(flips) <= near_ties / 2, (flips, near_ties)
     nll = -np.mean(_log_softmax(fast)[np.arange(len(ids) - 1), ids[1:]])
     assert abs(nll - ref_nll) < 0.01                                             # measured 0.0002 nats
 
