@@ -81,8 +81,8 @@ class ExactRule:
         masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
         not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
         contexts = self._contexts(block, settled, len(rows), context)
-        greedy_batch = self.sampler.greedy and context is None  # AR's choice of every row at once
-        choices = self.sampler(rows, None)[0] if greedy_batch else None
+        greedy_batch = self.sampler.greedy and context is None  # AR's choice of every row at once (no confidence)
+        choices = self.sampler.greedy_ids(rows) if greedy_batch else None
         for i, (row, ctx) in enumerate(zip(rows, contexts)):
             s = settled + i
             if s == len(block):
