@@ -80,29 +80,28 @@ class ExactRule:
         repetition penalty. Returns (how many slots are final now, how the walk ended): "floor" (it filled a
         masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
         not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
-        contexts = self._contexts(block, settled, len(rows), context)
-        greedy_batch = self.sampler.greedy and context is None  # AR's choice of every row at once (no confidence)
-        choices = self.sampler.greedy_ids(rows) if greedy_batch else None
-        for i, (row, ctx) in enumerate(zip(rows, contexts)):
+        n = min(len(rows), len(block) - settled)  # rows past the block's last slot predict the next block
+        contexts = self._contexts(block, settled, n, context)
+        if self.sampler.greedy and context is None:  # AR's choice of every row at once (ids only: no confidence)
+            ar_choice = self.sampler.greedy_ids(rows[:n]).tolist().__getitem__
+        else:
+            ar_choice = lambda i: int(self.sampler(rows[i], contexts[i])[0])  # noqa: E731 (row by row)
+        for i in range(n):
             s = settled + i
-            if s == len(block):
-                break
-            choice = (lambda: int(choices[i])) if greedy_batch else (lambda: int(self.sampler(row, ctx)[0]))
             if block[s] == self.mask:
-                block[s] = choice()  # the floor: what AR writes here
+                block[s] = ar_choice(i)  # the floor: what AR writes here
                 return s + 1, "floor"
-            x = block[s]
-            kept, token = self._check(s, x, row, ctx, choice)
+            kept, token = self._check(s, block[s], rows[i], contexts[i], lambda: ar_choice(i))
             self.drafted += 1
             self.kept += kept
             if not kept:
                 block[s] = token
                 self._drop_after(block, s)
                 return s + 1, "replaced"
-        return min(settled + len(rows), len(block)), "kept"
+        return settled + n, "kept"
 
     def _check(self, s: int, x: int, row, ctx, choice) -> tuple[bool, int]:
-        """(whether draft x at slot s stands, the id that stands there)."""
+        """(whether draft x at slot s stands, the id that stands there); choice() is AR's id there (greedy)."""
         if self.sampler.greedy:
             ar = choice()
             return ar == x, ar
@@ -126,7 +125,7 @@ class ExactRule:
             return []
         if self.sampler.greedy:
             tokens, probs = self.sampler(rows, context)
-            chosen = [(j, int(t)) for j, t, p in zip(slots, tokens, probs) if p > self.threshold]
+            chosen = [(j, t) for j, t, p in zip(slots, tokens.tolist(), probs.tolist()) if p > self.threshold]
         else:
             chosen = []
             for j, row in zip(slots, rows):
