@@ -81,17 +81,20 @@ class ExactRule:
         masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
         not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
         n = min(len(rows), len(block) - settled)  # rows past the block's last slot predict the next block
-        contexts = self._contexts(block, settled, n, context)
         if self.sampler.greedy and context is None:  # AR's choice of every row at once (ids only: no confidence)
-            ar_choice = self.sampler.greedy_ids(rows[:n]).tolist().__getitem__
-        else:
-            ar_choice = lambda i: int(self.sampler(rows[i], contexts[i])[0])  # noqa: E731 (row by row)
+            ar = self.sampler.greedy_ids(rows[:n]).tolist()
+            floor, verdict = ar.__getitem__, lambda i, s, x: (ar[i] == x, ar[i])
+        else:  # row by row, each with the penalty context of its slot
+            contexts = self._contexts(block, settled, n, context)
+            floor = lambda i: int(self.sampler(rows[i], contexts[i])[0])  # noqa: E731
+            verdict = lambda i, s, x: self._check(s, x, rows[i], contexts[i], lambda: floor(i))  # noqa: E731
         for i in range(n):
             s = settled + i
-            if block[s] == self.mask:
-                block[s] = ar_choice(i)  # the floor: what AR writes here
+            x = block[s]
+            if x == self.mask:
+                block[s] = floor(i)  # the floor: what AR writes here
                 return s + 1, "floor"
-            kept, token = self._check(s, block[s], rows[i], contexts[i], lambda: ar_choice(i))
+            kept, token = verdict(i, s, x)
             self.drafted += 1
             self.kept += kept
             if not kept:
