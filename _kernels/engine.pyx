@@ -49,6 +49,7 @@ cdef extern from "bitnet.h":
     int bn_engine_threads(const bn_engine *e)
     int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                    int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen) nogil
+    int bn_all_finite(const float *x, size_t n) nogil
     int BN_PART_COUNT
     void bn_engine_set_profile(bn_engine *e, int on)
     const double *bn_engine_profile(const bn_engine *e)
@@ -195,7 +196,8 @@ cdef class CEngine:
     def forward(self, cnp.ndarray[int32_t, ndim=1, mode="c"] tokens, int start, int kv_end, int attention,
                 int block_size, cnp.ndarray[int32_t, ndim=1, mode="c"] rows,
                 cnp.ndarray[float, ndim=2, mode="c"] out):
-        """Run one forward; logits of `rows` into out (len(rows), vocab). Raises ValueError on bad input."""
+        """Run one forward; logits of `rows` into out (len(rows), vocab). Returns whether they are all finite (a
+        damaged file's NaN or infinity: the caller says so). Raises ValueError on bad input."""
         cdef char err[256]
         cdef int rc
         cdef int T = tokens.shape[0], n_rows = rows.shape[0]
@@ -204,10 +206,14 @@ cdef class CEngine:
         cdef const int32_t *tp = <const int32_t *>tokens.data
         cdef const int32_t *rp = <const int32_t *>rows.data
         cdef float *op = <float *>out.data
+        cdef int finite = 1
         with nogil:
             rc = bn_forward(self.e, tp, T, start, kv_end, attention, block_size, rp, n_rows, op, err, sizeof(err))
+            if rc == 0:
+                finite = bn_all_finite(op, <size_t>n_rows * self.vocab)
         if rc != 0:
             raise ValueError(err.decode(errors="replace"))
+        return bool(finite)
 
     def greedy_rows(self, cnp.ndarray[float, ndim=2, mode="c"] x, cnp.ndarray[int32_t, ndim=1, mode="c"] banned):
         """The module's greedy_rows with this engine's kernel path, the rows shared between its threads

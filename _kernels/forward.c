@@ -483,6 +483,16 @@ static int check_args(const bn_engine *e, const int32_t *tokens, int T, int star
     return 0;
 }
 
+int bn_all_finite(const float *x, size_t n) {
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) { /* exponent bits all ones: infinity or NaN (a loop the compiler vectorizes) */
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention, int block_size,
                const int32_t *rows, int n_rows, float *logits, char *err, int errlen) {
     const bn_model *m = &e->m;

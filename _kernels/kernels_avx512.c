@@ -281,6 +281,7 @@ static inline __attribute__((always_inline)) void int8_block(
     const int8_t *wt, int groups, const int8_t *x, int kp, const int bt, const float *row_scale,
     const int32_t *rowsum, const float *xinv, float *y, int ldy) {
     const int na = bt <= 4 ? 4 : 2; /* bt * na <= 16 accumulators; one vpdpbusd per group and token */
+    const __m512i flip = _mm512_set1_epi8((char)0x80); /* x ^ 0x80 = x + 128 as u8 */
     __m512i acc[16];
 #pragma GCC unroll 16
     for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_si512();
@@ -298,7 +299,7 @@ static inline __attribute__((always_inline)) void int8_block(
 #pragma GCC unroll 4
             for (int s = 0; s < 4; s++) {
                 const int a = b * na + (s % na);
-                const __m512i xu8 = _mm512_set1_epi32(load_i32(xg + 4 * s) ^ (int32_t)0x80808080);
+                const __m512i xu8 = _mm512_xor_si512(_mm512_set1_epi32(load_i32(xg + 4 * s)), flip);
                 acc[a] = _mm512_dpbusd_epi32(acc[a], xu8, w[s]);
             }
         }

@@ -202,10 +202,14 @@ static void plan_layer_tail(bn_engine *e, int l, int T) {
     while (attn_shared && attn_rows > 1 &&
            (T + attn_rows - 1) / attn_rows * m->n_kv_heads < bn_pool_size(e->pool) * ATTN_ITEMS_PER_THREAD)
         attn_rows /= 2;
+    /* tiles of even size: 6 rows as 3 + 3, not 4 + 2 (one thread idle for a third of a trimmed last layer's
+     * attention); each row's numbers are its own. (No tiles: a forward with no logits.) */
+    const int tiles = (T + attn_rows - 1) / attn_rows;
+    if (tiles > 0) attn_rows = (T + tiles - 1) / tiles;
     /* Few items that do not share out evenly (a decode token of 2B-4T: 5 KV heads on 2 threads, one thread idle for
      * a third of the stage): each (tile, kv head) becomes two items of half its query heads. Each reads the head's
      * K/V (the second time mostly from the caches: the two are neighbours in a thread's range); same numbers. */
-    const int n = bn_pool_size(e->pool), tiles = (T + attn_rows - 1) / attn_rows, group = m->n_heads / m->n_kv_heads;
+    const int n = bn_pool_size(e->pool), group = m->n_heads / m->n_kv_heads;
     const int parts = attn_shared && group >= 2 && (tiles * m->n_kv_heads) % n && tiles * m->n_kv_heads < 8 * n ? 2 : 1;
     s[STAGE_ATTENTION] = (stage){.n_items = tiles * m->n_kv_heads * parts, .kind = KIND_ATTENTION, .T = T,
                                  .tokens_per_item = attn_rows, .head_parts = parts, .shared = attn_shared};

@@ -84,6 +84,16 @@ def test_banned_ids_are_never_chosen():
     assert ban_ids(logits, [1])[1] == -np.inf
 
 
+def test_greedy_ids_are_the_ids_of_the_greedy_draw():
+    """Sampler.greedy_ids (the exact rule's checks) gives the ids of a greedy call, ties and banned ids included."""
+    rng = np.random.default_rng(3)
+    rows = rng.integers(-3, 4, (64, 40)).astype(np.float32)  # many ties at the top
+    rows[::3, 7] = 9.0                                        # a banned id holding the largest logit
+    for banned in ([], [7], [0, 7, 39]):
+        s = Sampler(banned_ids=banned)
+        assert s.greedy_ids(rows).tolist() == s(rows)[0].tolist()
+        assert not set(s.greedy_ids(rows).tolist()) & set(banned)
+
 def test_draws_follow_the_reported_distribution_and_probability():
     logits = np.log(np.array([0.1, 0.2, 0.3, 0.4])).astype(np.float32)
     s = Sampler(temperature=1.0, seed=123)

@@ -166,10 +166,12 @@ class _Run:
         t0, engine_before = time.perf_counter(), self.engine_s
         masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
         q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, masked)
-        # token shift: the row of slot j-1 predicts slot j; the exact rule reads every row from slot `settled` on
-        wanted = range(self.settled, masked[-1] + 1) if self.exact else masked
+        # token shift: the row of slot j-1 predicts slot j. The exact rule reads the rows of the slots from `settled`
+        # to the first masked one (the drafts it checks, then the floor) and of the masked slots after it (new
+        # drafts); a draft after the floor is checked by a later step's rows, so its row's logits are not asked.
+        wanted = [*range(self.settled, masked[0] + 1), *masked[1:]] if self.exact else masked
         logits = self.engine_call(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in wanted],
-                              kv_end=None if kv_end is None else block_start + kv_end)
+                                  kv_end=None if kv_end is None else block_start + kv_end)
         self.steps += 1
         if self.exact:
             filled = self.step_exact(block, masked, logits)
@@ -186,14 +188,14 @@ class _Run:
         return filled
 
     def step_exact(self, block, masked: list[int], logits) -> list[int]:
-        """The exact rule on one step's rows (logits[i] predicts slot settled + i): check the drafts, fill the
-        first slot that is not kept, then draft the masked slots after a floor. Returns the filled slots."""
-        start = self.settled
-        self.settled, ended = self.exact.settle(block, start, logits, self.context())
+        """The exact rule on one step's rows: logits[i] predicts slot settled + i up to the first masked slot, the
+        rows after those predict the other masked slots. Check the drafts, fill the first slot that is not kept,
+        then draft the masked slots after a floor. Returns the filled slots."""
+        n_check = masked[0] + 1 - self.settled
+        self.settled, ended = self.exact.settle(block, self.settled, logits[:n_check], self.context())
         filled = [self.settled - 1]
-        if ended == "floor":  # rows after the floor saw it masked: they only draft, for a later step to check
-            later = [j for j in masked if j >= self.settled]
-            filled += self.exact.draft(block, later, logits[[j - start for j in later]], self.context())
+        if ended == "floor":  # the floor is masked[0]; rows after it saw it masked: they only draft, for a later step
+            filled += self.exact.draft(block, masked[1:], logits[n_check:], self.context())
         return filled
 
     def commit(self, block, block_start) -> np.ndarray | None:

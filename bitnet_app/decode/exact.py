@@ -80,29 +80,31 @@ class ExactRule:
         repetition penalty. Returns (how many slots are final now, how the walk ended): "floor" (it filled a
         masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
         not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
-        contexts = self._contexts(block, settled, len(rows), context)
-        greedy_batch = self.sampler.greedy and context is None  # AR's choice of every row at once
-        choices = self.sampler(rows, None)[0] if greedy_batch else None
-        for i, (row, ctx) in enumerate(zip(rows, contexts)):
+        n = min(len(rows), len(block) - settled)  # rows past the block's last slot predict the next block
+        if self.sampler.greedy and context is None:  # AR's choice of every row at once (ids only: no confidence)
+            ar = self.sampler.greedy_ids(rows[:n]).tolist()
+            floor, verdict = ar.__getitem__, lambda i, s, x: (ar[i] == x, ar[i])
+        else:  # row by row, each with the penalty context of its slot
+            contexts = self._contexts(block, settled, n, context)
+            floor = lambda i: int(self.sampler(rows[i], contexts[i])[0])  # noqa: E731
+            verdict = lambda i, s, x: self._check(s, x, rows[i], contexts[i], lambda: floor(i))  # noqa: E731
+        for i in range(n):
             s = settled + i
-            if s == len(block):
-                break
-            choice = (lambda: int(choices[i])) if greedy_batch else (lambda: int(self.sampler(row, ctx)[0]))
-            if block[s] == self.mask:
-                block[s] = choice()  # the floor: what AR writes here
-                return s + 1, "floor"
             x = block[s]
-            kept, token = self._check(s, x, row, ctx, choice)
+            if x == self.mask:
+                block[s] = floor(i)  # the floor: what AR writes here
+                return s + 1, "floor"
+            kept, token = verdict(i, s, x)
             self.drafted += 1
             self.kept += kept
             if not kept:
                 block[s] = token
                 self._drop_after(block, s)
                 return s + 1, "replaced"
-        return min(settled + len(rows), len(block)), "kept"
+        return settled + n, "kept"
 
     def _check(self, s: int, x: int, row, ctx, choice) -> tuple[bool, int]:
-        """(whether draft x at slot s stands, the id that stands there)."""
+        """(whether draft x at slot s stands, the id that stands there); choice() is AR's id there (greedy)."""
         if self.sampler.greedy:
             ar = choice()
             return ar == x, ar
@@ -126,7 +128,7 @@ class ExactRule:
             return []
         if self.sampler.greedy:
             tokens, probs = self.sampler(rows, context)
-            chosen = [(j, int(t)) for j, t, p in zip(slots, tokens, probs) if p > self.threshold]
+            chosen = [(j, t) for j, t, p in zip(slots, tokens.tolist(), probs.tolist()) if p > self.threshold]
         else:
             chosen = []
             for j, row in zip(slots, rows):

@@ -111,6 +111,7 @@ class Sampler:
         self.repetition_penalty = float(repetition_penalty)
         self.banned_ids = [int(i) for i in banned_ids]
         self._banned = np.array(sorted(set(self.banned_ids)), dtype=np.int32)  # as greedy_rows takes them
+        self._banned_set = frozenset(self.banned_ids)
         self.rng = np.random.default_rng(seed)
         self.greedy_rows = greedy_kernel or greedy_rows
         self.sample_rows = sample_kernel
@@ -164,6 +165,15 @@ class Sampler:
         if logits.ndim == 1:
             return int(tokens[0]), float(probs[0])
         return tokens, probs
+
+    def greedy_ids(self, rows: np.ndarray) -> np.ndarray:
+        """(R, V) logits -> (R,) int64: each row's greedy choice without a repetition penalty (the ids __call__ gives
+        at temperature 0), without the probabilities, which cost an exponential per logit: the exact rule's checks
+        need the ids alone. The first largest logit that is not banned: argmax, unless it hit a banned id."""
+        ids = np.argmax(rows, axis=-1)
+        if not self._banned_set.isdisjoint(ids.tolist()):  # (a set, not np.isin: ~0.5 us against ~14)
+            ids = np.argmax(ban_ids(rows, self.banned_ids), axis=-1)
+        return ids
 
     def token(self, logits: np.ndarray, context_ids=None) -> int:
         """The id alone, for one position (V,): what AR needs. Greedy skips the probability (an exp over
