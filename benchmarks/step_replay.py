@@ -2,7 +2,7 @@
 cannot spoil as it spoils whole replies.
 
     python -m benchmarks.step_replay [--model demo] [--prompts-file assets/demo-prompts.json] [--set skills]
-        [--limit 20] [--repeats 15] [--threads 2] [--threshold T] [--sub-block N]
+        [--limit 20] [--repeats 15] [--threads 2] [--max-new-tokens N] [--threshold T] [--sub-block N]
 
 Each reply (greedy, the app's settings; --threshold and --sub-block override the checkpoint's) is decoded once, AR and
 block diffusion, while every engine forward is recorded: how many tokens, where, which logit rows, how far the keys
@@ -88,11 +88,12 @@ def engine_seconds(engine, calls, repeats: int, cache: dict) -> float:
     return total
 
 
-def measure(model, prompts, repeats: int, knobs: dict) -> dict:
-    """{mode: {tokens, steps, forwards, engine_s, python_s}} for greedy AR and diffusion on the prompts."""
+def measure(model, prompts, repeats: int, knobs: dict, common: dict) -> dict:
+    """{mode: {tokens, steps, forwards, engine_s, python_s}} for greedy AR and diffusion on the prompts (knobs: the
+    diffusion settings to override; common: those of both modes)."""
     real, figures = model.engine, {}
     for mode in ("ar", "diffusion"):
-        params = dict(mode=mode, temperature=0, **(knobs if mode == "diffusion" else {}))
+        params = dict(mode=mode, temperature=0, **common, **(knobs if mode == "diffusion" else {}))
         model.engine = recorder = Recorder(real)
         try:
             dones = [list(model.generate(p, **params))[-1] for p in prompts]
@@ -107,12 +108,14 @@ def measure(model, prompts, repeats: int, knobs: dict) -> dict:
     for mode, f in figures.items():
         f["engine_s"] = engine_seconds(real, f.pop("calls"), repeats, cache)
         replay = Replay(real, f.pop("logits"))
-        params = dict(mode=mode, temperature=0, **(knobs if mode == "diffusion" else {}))
+        params = dict(mode=mode, temperature=0, **common, **(knobs if mode == "diffusion" else {}))
 
         def decode_all():
             replay.next = 0
             for p in prompts:
                 list(model.generate(p, **params))
+            if replay.next != len(replay.logits):  # greedy decoding on the same logits takes the same decisions
+                raise RuntimeError(f"the replay asked {replay.next} forwards, the recorded run {len(replay.logits)}")
 
         model.engine = replay
         try:
@@ -130,6 +133,7 @@ def main(argv=None):
     ap.add_argument("--limit", type=int, default=20, help="the first N prompts of the set")
     ap.add_argument("--repeats", type=int, default=15, help="runs of each part; the fastest counts")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, help="default: the app's (DecodeParams)")
     ap.add_argument("--threshold", type=float, help="default: the checkpoint's")
     ap.add_argument("--sub-block", type=int, help="default: the checkpoint's")
     args = ap.parse_args(argv)
@@ -140,7 +144,8 @@ def main(argv=None):
     texts = load_prompts(args.prompts_file, args.limit)[args.set]
     prompts = [model.chat_ids([{"role": "user", "content": t}]) for t in texts]
     knobs = {k: v for k, v in (("threshold", args.threshold), ("sub_block_size", args.sub_block)) if v is not None}
-    figures = measure(model, prompts, args.repeats, knobs)
+    common = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    figures = measure(model, prompts, args.repeats, knobs, common)
     d = model.decode_params(mode="diffusion", **knobs)
     print(f"model {args.model}: {model.engine.isa}, {model.engine.threads} threads; {len(prompts)} {args.set} prompts; "
           f"diffusion: threshold {d.threshold}, sub-block {d.sub_block_size}, fill rule {d.fill_rule}; "

@@ -254,6 +254,23 @@ def test_model_without_a_mask_token_still_runs_diffusion(tmp_path):
     assert diff == ar
 
 
+def test_step_replay_times_each_part_and_replays_the_same_decisions(dlm, tmp_path, capsys):
+    """benchmarks/step_replay.py end to end on a small model: both decoders recorded, every forward timed alone, the
+    decoders replayed on the recorded logits (it raises if a replay asks other forwards), the ratio printed."""
+    from benchmarks import step_replay
+
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text('{"skills": ["Count from 1 to 9", "Spell cat"], "open": ["ROMEO."]}')
+    step_replay.main(["--model", dlm[0].path, "--prompts-file", str(prompts), "--max-new-tokens", "20",
+                      "--repeats", "2", "--threshold", "0.2"])
+    printed = capsys.readouterr().out
+    assert "2 skills prompts" in printed and "threshold 0.2" in printed
+    ar, diffusion = (line.split() for line in printed.splitlines() if " forwards: engine " in line)
+    assert ar[0] == "ar" and diffusion[0] == "diffusion"
+    ar, diffusion = " ".join(ar), " ".join(diffusion)
+    assert " us per token" in ar and "tokens per step" in diffusion and "diffusion / AR speed: " in printed
+
+
 def test_benchmark_reports_both_prompt_sets(dlm, tmp_path, capsys):
     """benchmarks/diffusion_vs_ar.py end to end on a small model: prompts rendered with the chat template,
     skills and open reported separately, the step cost beside tokens per step."""

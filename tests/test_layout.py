@@ -240,7 +240,7 @@ def test_the_path_name_check_finds_literals():
 
 
 @pytest.mark.parametrize("name", ["run_benchmarks", "diffusion_vs_ar", "vs_bitnet_cpp", "sampled_decoding",
-                                  "logit_rows", "page_vs_api"])
+                                  "logit_rows", "page_vs_api", "step_replay"])
 def test_benchmarks_are_modules_of_the_checkout(name):
     """`python -m benchmarks.<name>` from the repository root: importable, with no sys.path edits."""
     import importlib
