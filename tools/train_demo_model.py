@@ -381,18 +381,16 @@ def main(argv=None):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, a)
             x, tgt, msk = trw.batch(rng, a.batch)
-            if a.ar_steps and step % (a.ar_steps + 1):  # a next-token-only step
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-                    ar = next_token_loss(model, x, tgt, msk, a.stop_weight, decision)
-                diff = torch.zeros(())
-            else:
-                diff = ar = None
             after = after_reply(msk, cfg.block_size)
             pad = after if a.pad_after_reply else None
             hide = after if a.hide_after_reply else None
+            # drawn on every step, next-token-only ones too: the mask stream (and a resumed run) stays the recorded one
             ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
-            if ar is None:
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            next_token_only = a.ar_steps and step % (a.ar_steps + 1)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                if next_token_only:
+                    diff, ar = torch.zeros(()), next_token_loss(model, x, tgt, msk, a.stop_weight, decision)
+                else:
                     diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
                                       a.consistency_weight, a.attention == "causal", decision)
             opt.zero_grad(set_to_none=True)

@@ -180,9 +180,9 @@ class Sampler:
         the whole vocabulary per token); otherwise the same draw as __call__."""
         if not self.greedy:
             return self(logits, context_ids)[0]
-        x = ban_ids(logits, self.banned_ids)
-        if self.repetition_penalty != 1.0:
-            x = repetition_penalty(x, context_ids, self.repetition_penalty)
+        if self.repetition_penalty == 1.0:
+            return int(self.greedy_ids(logits[None])[0])
+        x = repetition_penalty(ban_ids(logits, self.banned_ids), context_ids, self.repetition_penalty)
         return int(np.argmax(x))
 
     def _draw(self, z: np.ndarray) -> tuple[int, float]:
