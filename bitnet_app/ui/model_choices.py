@@ -25,7 +25,7 @@ def demo_description() -> str:
     skills = any(kind == "skill" for _, kind in suggestions.for_folder(demo_model_dir()))
     if skills:
         return ("A tiny chat model that ships with the app and runs offline, trained here (briefly) for both decode "
-                "modes on short skills (counting, times tables, the alphabet, spelling…) and on Shakespeare. Expect "
+                "modes on short skills (counting, times tables, letters, days and months…) and on Shakespeare. Expect "
                 "answers in the right form, not always right; on counts and tables block diffusion fills more than "
                 "one slot per step.")
     return ("A tiny model trained on Shakespeare that ships with the app and runs offline: it continues the text "
