@@ -2,7 +2,7 @@
 
     python -m benchmarks.diffusion_vs_ar [--model assets/demo-model] [--prompts-file assets/demo-prompts.json]
         [--limit N] [--max-new-tokens N] [--repeats 3] [--threads 2] [--attention block] [--fill-rule threshold]
-        [--json out.json]
+        [--threshold T] [--json out.json]
 
 Prompts: a JSON file {"skills": [...], "open": [...]}, each entry the content of ONE user message, rendered
 with the model's chat template (Model.chat_ids); the two sets are reported separately.
@@ -235,6 +235,8 @@ def main(argv=None):
     ap.add_argument("--attention", choices=("block", "causal"), help="default: the checkpoint's")
     ap.add_argument("--fill-rule", choices=("exact", "threshold"),
                     help="default: the app's (exact under causal attention, threshold under block attention)")
+    ap.add_argument("--threshold", type=float,
+                    help="default: the app's for the fill rule (bitnet_app.params.default_threshold)")
     ap.add_argument("--sub-block", type=int, help="sub-block size; default: the app's for this checkpoint")
     ap.add_argument("--sampled", action="store_true",
                     help="the model's own sampling (seeded), as the app starts, instead of greedy decoding")
@@ -248,8 +250,9 @@ def main(argv=None):
     model = bitnet_app.load_model(args.model, threads=args.threads, lm_head=args.lm_head)
     sets = {} if args.steps_only else load_prompts(args.prompts_file, args.limit)
     knobs = {**model.diffusion_defaults, **({"attention": args.attention} if args.attention else {})}
-    diffusion = {"attention": args.attention, "fill_rule": args.fill_rule}
-    knobs["fill_rule"] = model.decode_params(mode="diffusion", **diffusion).fill_rule  # the one the runs use
+    diffusion = {"attention": args.attention, "fill_rule": args.fill_rule, "threshold": args.threshold}
+    resolved = model.decode_params(mode="diffusion", **diffusion)  # what the runs use
+    knobs["fill_rule"], knobs["threshold"] = resolved.fill_rule, resolved.threshold
     dual_default = KNOBS["dual_cache"].default
     sampling = model.generation_defaults  # what the app's sampler starts from for this model
     common = {**sampling, "seed": 1} if args.sampled else {"temperature": 0.0}

@@ -4,7 +4,7 @@ cannot spoil as it spoils whole replies.
     python -m benchmarks.step_replay [--model demo] [--prompts-file assets/demo-prompts.json] [--set skills]
         [--limit 20] [--repeats 15] [--threads 2] [--max-new-tokens N] [--threshold T] [--sub-block N]
 
-Each reply (greedy, the app's settings; --threshold and --sub-block override the checkpoint's) is decoded once, AR and
+Each reply (greedy, the app's settings; --threshold and --sub-block override the app's) is decoded once, AR and
 block diffusion, while every engine forward is recorded: how many tokens, where, which logit rows, how far the keys
 reach, and the logits it returned. Then, per mode:
   engine   every recorded forward again on its own, --repeats times, the fastest counted (Engine.forward with its
@@ -134,7 +134,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=15, help="runs of each part; the fastest counts")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, help="default: the app's (DecodeParams)")
-    ap.add_argument("--threshold", type=float, help="default: the checkpoint's")
+    ap.add_argument("--threshold", type=float, help="default: the app's for the fill rule")
     ap.add_argument("--sub-block", type=int, help="default: the checkpoint's")
     args = ap.parse_args(argv)
 

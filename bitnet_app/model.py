@@ -99,12 +99,12 @@ class Model:
     @property
     def diffusion_defaults(self) -> dict:
         """The block-diffusion knobs this checkpoint starts from (block size, attention and mask from
-        its metadata; sub-block size and threshold from its dlm_config.json when it suggests them, else
-        from DecodeParams)."""
+        its metadata; sub-block size from its dlm_config.json when it suggests one, else from DecodeParams;
+        the threshold it suggests, or None: DecodeParams.resolve uses it for the threshold rule only)."""
         d = self.meta.get("diffusion") or {}
         return {"block_size": int(d.get("block_size") or TRAINED_BLOCK_SIZE),
                 "sub_block_size": int(d.get("sub_block_size") or KNOBS["sub_block_size"].default),
-                "threshold": float(d.get("threshold") or KNOBS["threshold"].default),
+                "threshold": float(d["threshold"]) if d.get("threshold") else None,  # for the threshold rule
                 "attention": d.get("attention") or PLAIN_ATTENTION,
                 "mask_id": self.mask_id if self.mask_id is not None else self.spare_mask_id()}
 
@@ -122,10 +122,10 @@ class Model:
 
     def suggested_params(self) -> DecodeParams:
         """Where a UI starts for this checkpoint: its sampling settings (generation_defaults) and its diffusion
-        knobs (diffusion_defaults, the suggested sub-block size and threshold included), resolved."""
+        knobs (diffusion_defaults, the suggested sub-block size included; the threshold of the checkpoint's fill
+        rule), resolved."""
         d = self.diffusion_defaults
-        start = DecodeParams.from_kwargs(**self.generation_defaults, sub_block_size=d["sub_block_size"],
-                                         threshold=d["threshold"])
+        start = DecodeParams.from_kwargs(**self.generation_defaults, sub_block_size=d["sub_block_size"])
         return start.resolve(d, vocab_size=self.vocab_size)
 
     def info(self) -> dict:

@@ -27,6 +27,12 @@ MODES = ("ar", "diffusion")
 ATTENTIONS = ("block", "causal")
 FILL_RULES = ("exact", "threshold")
 RULE_OF_ATTENTION = {"causal": "exact", "block": "threshold"}  # fill_rule when none is given (see resolve)
+# threshold when none is given (see resolve). The threshold rule keeps every slot above it, so its default is
+# Fast-dLLM v2's (or the checkpoint's dlm_config.json suggestion): lower loses quality. The exact rule keeps only
+# what AR would write, so the threshold only decides how much is drafted: lower drafts more (more tokens per
+# step, more rejected drafts); benchmarks/BENCHMARKS.md has the sweep that chose this value.
+PLAIN_THRESHOLD = 0.9
+EXACT_DRAFT_THRESHOLD = 0.7
 SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (ui["section"]), in this order
 C_INT_MAX = 2**31 - 1      # top_k and mask_id reach the engine's C code as a C int (and int32 arrays)
 MAX_REPLY = 1 << 20        # max_new_tokens, block sizes: engine/validate.py MAX_CONTEXT, the longest context a file has
@@ -86,9 +92,12 @@ class DecodeParams:
     sub_block_size: int = knob(8, "Slots decided together, left to right inside a block; must divide the "
                                "block size.", kind=int, low=1, limit=MAX_REPLY, diffusion=True, label="Sub-block size",
                                ui=dict(section="diffusion", widget="select", options=(1, 2, 4, 8, 16, 32, 64)))
-    threshold: float = knob(0.9, "Fill every slot whose prediction is more than this sure, in (0, 1]; 1.0 "
-                            "fills one per forward.", kind=float, low=0.0, low_open=True, high=1.0,
-                            diffusion=True, label="Confidence threshold",
+    threshold: float | None = knob(None, "Fill every slot whose prediction is more than this sure, in (0, 1]; "
+                                   "1.0 fills one per forward. Under the exact rule it only picks the drafts that "
+                                   "a later step checks, so it changes the speed, never the reply. Default: "
+                                   f"{EXACT_DRAFT_THRESHOLD} for the exact rule; the checkpoint's suggestion, else "
+                                   f"{PLAIN_THRESHOLD}, for the threshold rule.", kind=float, low=0.0, low_open=True,
+                                   high=1.0, optional=True, diffusion=True, label="Confidence threshold",
                             ui=dict(section="diffusion", widget="slider", low=0.5, high=1.0, step=0.01))
     attention: str | None = knob(None, "block: slots in a block see each other (Fast-dLLM v2); causal: each "
                                  "sees only earlier ones.", kind=str,
@@ -131,9 +140,12 @@ class DecodeParams:
         Model.diffusion_defaults for diffusion, its real mask id for AR), the fill rule from the attention
         (exact for causal, threshold for block), checked again, and ready for this model (ready_for). Knobs that
         already have a value are kept."""
-        filled = replace(self, **{k: v for k, v in checkpoint.items() if getattr(self, k) is None})
+        suggested = {k: v for k, v in checkpoint.items() if k != "threshold"}
+        filled = replace(self, **{k: v for k, v in suggested.items() if getattr(self, k) is None})
         if filled.fill_rule is None and filled.attention is not None:
             filled = replace(filled, fill_rule=RULE_OF_ATTENTION[filled.attention])
+        if filled.threshold is None and filled.fill_rule is not None:
+            filled = replace(filled, threshold=default_threshold(filled.fill_rule, checkpoint.get("threshold")))
         return filled.ready_for(vocab_size)
 
     def ready_for(self, vocab_size: int) -> "DecodeParams":
@@ -155,6 +167,14 @@ class DecodeParams:
 
 
 KNOBS = {f.name: f for f in fields(DecodeParams)}  # name -> dataclasses.Field (.default, .metadata)
+
+
+def default_threshold(fill_rule: str, suggested: float | None = None) -> float:
+    """The threshold a fill rule starts from: EXACT_DRAFT_THRESHOLD for the exact rule; for the threshold rule,
+    the checkpoint's suggestion (dlm_config.json) when it has one, else PLAIN_THRESHOLD."""
+    if fill_rule == "exact":
+        return EXACT_DRAFT_THRESHOLD
+    return float(suggested) if suggested is not None else PLAIN_THRESHOLD
 
 
 def sidebar_knobs(section: str) -> list[str]:

@@ -207,10 +207,11 @@ def test_mask_token_and_dlm_config(make_ckpt, engine_path, tmp_path):
 
 def test_dlm_config_suggests_the_decoding_knobs(make_ckpt, tmp_path):
     """sub_block_size and threshold of dlm_config.json become the model's diffusion defaults (what the app and
-    Model.generate start from); without them the DecodeParams defaults hold."""
+    Model.generate start from; the threshold is the threshold rule's); without them the DecodeParams defaults
+    hold."""
     from bitnet_app.engine.runtime import Engine
     from bitnet_app.model import Model
-    from bitnet_app.params import KNOBS
+    from bitnet_app.params import KNOBS, PLAIN_THRESHOLD
 
     folder, _ = make_ckpt("dlm", extra_vocab=1, dlm_config={"mask_token_id": 7, "bd_size": 16,
                                                              "sub_block_size": 16, "threshold": 0.75})
@@ -219,10 +220,14 @@ def test_dlm_config_suggests_the_decoding_knobs(make_ckpt, tmp_path):
                                     "sub_block_size": 16, "threshold": 0.75}
     d = Model(ef, Engine(ef, threads=1)).diffusion_defaults
     assert (d["block_size"], d["sub_block_size"], d["threshold"]) == (16, 16, 0.75)
+    model = Model(ef, Engine(ef, threads=1))  # block attention: the threshold rule, at the suggested threshold
+    assert model.decode_params(mode="diffusion").threshold == 0.75
+    assert model.decode_params(mode="diffusion", threshold=0.8).threshold == 0.8
     folder2, _ = make_ckpt("dlm2", extra_vocab=1, dlm_config={"mask_token_id": 7})
     ef2 = convert(folder2, str(tmp_path / "dlm2.bitnet"))
     d2 = Model(ef2, Engine(ef2, threads=1)).diffusion_defaults
-    assert (d2["sub_block_size"], d2["threshold"]) == (KNOBS["sub_block_size"].default, KNOBS["threshold"].default)
+    assert (d2["sub_block_size"], d2["threshold"]) == (KNOBS["sub_block_size"].default, None)
+    assert Model(ef2, Engine(ef2, threads=1)).decode_params(mode="diffusion").threshold == PLAIN_THRESHOLD
 
 
 def test_block_size_from_config_bd_size(make_ckpt, engine_path):

@@ -165,7 +165,7 @@ def test_model_facts(model):
     assert model.logits([model.bos_id]).dtype == np.float32
     assert model.trained_for_diffusion is False and model.mask_id is None
     d = model.diffusion_defaults
-    assert d["sub_block_size"] == 8 and d["threshold"] == 0.9 and d["block_size"] > 0
+    assert d["sub_block_size"] == 8 and d["threshold"] is None and d["block_size"] > 0  # no suggestion: the rule's
     info = model.info()
     assert info["parameters"] > 0 and info["file_bytes"] == os.path.getsize(model.file.path)
     assert info["threads"] == 1 and info["context"] == CTX and info["lm_head"] == "int8"

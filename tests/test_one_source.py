@@ -89,9 +89,27 @@ def test_the_page_and_the_api_start_from_the_same_diffusion_defaults(env):
     at.run()
     assert not at.exception, at.exception
     model = bitnet_app.load_model("demo", threads=1)
-    for name, value in model.diffusion_defaults.items():
+    api = model.decode_params(mode="diffusion")  # the checkpoint's values, and the threshold of its fill rule
+    for name in model.diffusion_defaults:
         if name != "mask_id":  # not a sidebar setting
-            assert at.session_state[name] == value, name
+            assert at.session_state[name] == getattr(api, name), name
+    assert at.session_state["fill_rule"] == api.fill_rule
+
+
+def test_a_new_fill_rule_in_the_sidebar_starts_from_its_own_threshold(env):
+    """Switching the fill rule moves the threshold to that rule's default, as the API resolves it (the exact rule
+    drafts lower than the threshold rule keeps); a threshold the user then sets stands."""
+    at = AppTest.from_file(os.path.join(REPO, "app.py"), default_timeout=120)
+    at.run()
+    at.sidebar.radio(key="mode").set_value("diffusion").run()
+    model = bitnet_app.load_model("demo", threads=1)
+    assert at.session_state["fill_rule"] == "exact"  # the generated checkpoint is causal
+    for rule in ("threshold", "exact", "threshold"):
+        at.sidebar.selectbox(key="fill_rule").set_value(rule).run()
+        assert not at.exception, at.exception
+        assert at.session_state["threshold"] == model.decode_params(mode="diffusion", fill_rule=rule).threshold
+    at.sidebar.slider(key="threshold").set_value(0.55).run()
+    assert at.session_state["threshold"] == 0.55 and at.session_state["fill_rule"] == "threshold"
 
 
 def test_the_sidebar_draws_the_knobs_params_places_there_from_the_checkpoint(env):

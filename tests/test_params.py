@@ -49,13 +49,30 @@ def test_good_values_are_kept_and_normalized():
 def test_one_default_per_knob_and_unknown_names():
     p = DecodeParams()
     assert {f: getattr(p, f) for f in KNOBS} == {f: KNOBS[f].default for f in KNOBS}
-    assert p.threshold == 0.9 and p.attention is None and p.block_size is None  # None: the checkpoint's
+    assert p.threshold is None and p.attention is None and p.block_size is None  # None: the checkpoint's / rule's
     assert DecodeParams.from_kwargs(threshold=None, seed=None) == p  # None means "the default"
     with pytest.raises(TypeError, match="unknown decode parameter.*temprature"):
         DecodeParams.from_kwargs(temprature=0.5)
     assert set(DecodeParams(mode="ar").kwargs()) == {"mode", "max_new_tokens", "temperature", "top_k", "top_p",
                                                      "repetition_penalty"}  # no diffusion knobs, no None
-    assert "threshold" in DecodeParams(mode="diffusion").kwargs()
+    assert "threshold" in DecodeParams(mode="diffusion", threshold=0.8).kwargs()
+
+
+def test_each_fill_rule_starts_from_its_own_threshold():
+    """The exact rule drafts below the threshold rule's keep (its threshold changes the speed, never the reply);
+    the threshold rule keeps the checkpoint's suggestion, else Fast-dLLM v2's 0.9; a given value always stands."""
+    from bitnet_app.params import EXACT_DRAFT_THRESHOLD, PLAIN_THRESHOLD
+
+    def resolved(suggested=None, **kw):
+        ckpt = {"block_size": 32, "attention": "causal", "mask_id": 3, "threshold": suggested}
+        return DecodeParams(mode="diffusion", **kw).resolve(ckpt, vocab_size=10).threshold
+
+    assert EXACT_DRAFT_THRESHOLD < PLAIN_THRESHOLD
+    assert resolved() == resolved(0.95) == EXACT_DRAFT_THRESHOLD  # causal -> exact
+    assert resolved(fill_rule="threshold") == PLAIN_THRESHOLD
+    assert resolved(0.95, fill_rule="threshold") == 0.95
+    assert resolved(0.95, fill_rule="exact", threshold=0.6) == resolved(threshold=0.6) == 0.6
+    assert DecodeParams(mode="ar").resolve({"mask_id": 3}, vocab_size=10).threshold is None
 
 
 def test_model_generate_checks_before_it_runs(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@
    - trained: fresh prompts (a seed the training never used) of the trained parameter regions, --trained per family;
    - held-out: the skill prompts of assets/demo-prompts.json (tools/demo_skills.py's held-out regions);
    - hand-written: tools/demo_handwritten.json, phrasings the generator never uses, kept out of training.
-   Greedy AR and greedy block diffusion (block 32, sub-block 8, threshold 0.9, the checkpoint's attention and
+   Greedy AR and greedy block diffusion (block 32, sub-block 8, the app's threshold, the checkpoint's attention and
    its default rule): tokens per forward and per denoising step (from the decoder's own stats), whether the
    whole diffusion reply equals the AR reply, and whether each is exactly right, per family.
 2. Shakespeare, held-out plays: AR loss PER CHARACTER of a passage given its opening, in the chat form the
@@ -40,7 +40,7 @@ from tools.demo_oracle import expected
 
 PROMPTS_SEED, PER_FAMILY = 20261123, 6
 TRAINED_SEED = 20261127  # fresh prompts of the trained regions (training draws from --seed 1234's stream)
-DIFFUSION = dict(mode="diffusion", block_size=32, sub_block_size=8, threshold=0.9)
+DIFFUSION = dict(mode="diffusion", block_size=32, sub_block_size=8)  # threshold: the app's, for the fill rule
 OPEN_ASK = "Continue this scene:\n{x}"
 
 

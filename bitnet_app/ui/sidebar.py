@@ -8,7 +8,7 @@ import os
 import streamlit as st
 
 from .. import catalog
-from ..params import KNOBS, problem, sidebar_knobs
+from ..params import KNOBS, default_threshold, problem, sidebar_knobs
 from ..units import format_bytes
 from . import export, loading, model_choices, state
 
@@ -132,7 +132,7 @@ def settings(model, busy: bool) -> None:
         for section, (title, icon) in EXPANDERS.items():
             with st.expander(title, expanded=section == "sampling" or ss.mode == section, icon=icon):
                 for name in sidebar_knobs(section):
-                    _knob(name, busy, **limits.get(name, {}))
+                    _knob(name, busy, **limits.get(name, {}), **_follows(name, model))
         if model.completion:
             st.info("This is a base model with no chat template: it runs as **completion**. It continues the "
                     "text you write rather than answering it, so start the text you want it to go on with.",
@@ -144,13 +144,22 @@ def settings(model, busy: bool) -> None:
             st.caption("This model's chat template has no place for a system prompt, so it takes none.")
 
 
-def _knob(name: str, busy: bool, **ui) -> None:
+def _follows(name: str, model) -> dict:
+    """Widget keywords that make other settings follow this one: a new fill rule starts from its own threshold
+    (params.default_threshold: the exact rule drafts lower than the threshold rule keeps)."""
+    if name != "fill_rule":
+        return {}
+    suggested = model.diffusion_defaults["threshold"]
+    return {"on_change": lambda: state.put("threshold", default_threshold(st.session_state.fill_rule, suggested))}
+
+
+def _knob(name: str, busy: bool, on_change=None, **ui) -> None:
     """The widget of one decode knob, from its DecodeParams metadata (label, help, range; `ui` overrides
     the widget hints, e.g. a model-dependent maximum). A choice that does not go with the other settings
     (params.problem) is not offered; when it was the current one, the nearest allowed one takes its place."""
     meta = KNOBS[name].metadata
     ui = {**meta["ui"], **ui}
-    common = dict(key=name, disabled=busy, help=meta["help"])
+    common = dict(key=name, disabled=busy, help=meta["help"], on_change=on_change)
     widget = ui.get("widget") or "select"
     if widget == "slider":
         st.slider(meta["label"], ui["low"], ui["high"], step=ui["step"], **common)
@@ -164,6 +173,8 @@ def _knob(name: str, busy: bool, **ui) -> None:
         allowed = [o for o in options if not why_not[o]]
         if st.session_state.get(name) in options and st.session_state.get(name) not in allowed and allowed:
             state.put(name, allowed[-1])
+            if on_change:  # what follows this setting follows the forced change too
+                on_change()
         labels = ui.get("labels") or {}
         draw = st.radio if widget == "radio" else st.selectbox
         draw(meta["label"], allowed, format_func=lambda o: labels.get(o, str(o)), **common,
