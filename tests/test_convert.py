@@ -56,12 +56,11 @@ def test_offline_codes_and_scales_round_trip(make_ckpt, engine_path, linear_clas
 
 
 def test_the_packing_is_chosen_at_conversion(make_ckpt, tmp_path):
-    """The layout this CPU decodes fastest by default (format 4's ternary_packing; engine/kernel_paths.py), either
-    one when asked: the same weights either way, in fewer bytes at 1.6 bits; an unknown packing is refused before
-    any work."""
-    from bitnet_app.engine.kernel_paths import preferred_packing
+    """By default what packing_for chooses for this model on this CPU (format 4's ternary_packing; a model this
+    small decodes from cache: 2-bit tiles), either one when asked: the same weights either way, in fewer bytes at
+    1.6 bits; an unknown packing is refused before any work."""
     folder, _ = make_ckpt(**AWKWARD)
-    assert convert(folder, str(tmp_path / "default.bitnet")).meta["ternary_packing"] == preferred_packing()
+    assert convert(folder, str(tmp_path / "default.bitnet")).meta["ternary_packing"] == "2bit"
     five = EngineFile(convert_checkpoint(folder, str(tmp_path / "five.bitnet"), packing="1.6bit"))
     two = EngineFile(convert_checkpoint(folder, str(tmp_path / "two.bitnet"), packing="2bit"))
     assert (five.packing, two.packing) == ("1.6bit", "2bit") and five.meta["ternary_packing"] == "1.6bit"

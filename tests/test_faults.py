@@ -167,9 +167,11 @@ def test_a_format_3_file_opens_as_2bit_tiles_and_its_cached_conversion_is_rebuil
     """Format 3 (before the 1.6-bit tiles) had no ternary_packing and always 2-bit tiles: such a file given
     directly still opens and runs as before; a checkpoint's cached conversion is keyed by the format
     (engine/cache.py), so the app converts an old cached one again, into format 4 (1.6-bit tiles on a CPU with
-    VNNI), with the same logits."""
+    VNNI, for a model too big for the caches: here made so), with the same logits."""
     from bitnet_app.engine import cache as cache_module
+    from bitnet_app.engine import packing
     from bitnet_app.engine.kernel_paths import preferred_packing
+    monkeypatch.setattr(packing, "CACHED_MODEL_WEIGHTS", 0)
     path = convert_checkpoint(ckpt, str(tmp_path / "m.bitnet"), packing="2bit")
     want = Model.open(path).logits([1, 2, 3])
     rewrite_meta(path, lambda m: m.pop("ternary_packing"), version=3)

@@ -154,6 +154,18 @@ def test_packing_for_chooses_the_cpus_packing_unless_a_matrix_is_too_wide():
     assert packing.packing_for(packing.TRIT5_MAX_KP + 1, None, "1.6bit") == "2bit"
     assert [p.name for p in kernel_paths.PATHS if p.trit_tiles] == [kernel_paths.AMX, kernel_paths.AVX512,
                                                                     kernel_paths.AVXVNNI]
+
+
+def test_a_model_that_decodes_from_cache_takes_2bit_tiles():
+    """Up to CACHED_MODEL_WEIGHTS ternary weights a model is not memory bound, so the five-a-byte unpack would only
+    cost: 2-bit tiles whatever the CPU prefers; above it the CPU's preference; asking still wins."""
+    from bitnet_app.engine import kernel_paths
+    small, big = packing.CACHED_MODEL_WEIGHTS, packing.CACHED_MODEL_WEIGHTS + 1
+    assert packing.packing_for(2560, n_weights=small) == "2bit"
+    assert packing.packing_for(2560, n_weights=big) == kernel_paths.preferred_packing()
+    assert packing.packing_for(2560, None, "1.6bit", n_weights=small) == "1.6bit"
+    assert packing.packing_for(2560, "1.6bit", n_weights=small) == "1.6bit"
+    assert packing.packing_for(2560, n_weights=2_090_000_000) == kernel_paths.preferred_packing()
     with pytest.raises(ValueError, match="too wide"):
         packing.packing_for(40000, "1.6bit")
     with pytest.raises(ValueError, match="unknown ternary packing"):

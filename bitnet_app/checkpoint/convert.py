@@ -19,7 +19,7 @@ Sub-norms: under one of the namings of families.py (BitNet's self_attn.attn_sub_
 self_attn.inner_attn_ln / mlp.ffn_layernorm), or none (the Llama family): whichever layer 0 has, every layer must
 have, and a family that requires them must have them.
 Output tensors (names and layouts in engine/file.py): per layer, q|k|v and gate|up fused row-wise into
-one tile-packed ternary matrix each (1.6-bit tiles by default, or 2-bit: packing.packing_for) with a float32
+one tile-packed ternary matrix each (2-bit or 1.6-bit tiles, as packing.packing_for chooses) with a float32
 per-row multiplier (Np,), padding rows 0.
 The embedding stays bf16 (V, D). The head is the embedding (tied) or lm_head.weight (untied: stored bf16 as
 `lm_head` for the exact head); the int8 head is the head's per-row absmax quantization, built in row chunks.
@@ -285,7 +285,8 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
     L = cfg["num_hidden_layers"]
     projs = list(projection_shapes(cfg))
     try:
-        layout_of_tiles = packing_for(max(k for _, k in projection_shapes(cfg).values()), packing)
+        layout_of_tiles = packing_for(max(k for _, k in projection_shapes(cfg).values()), packing,
+                                      n_weights=ternary_weight_count(cfg))
     except ValueError as exc:
         raise ConvertError(str(exc)) from None
     inferred = False
