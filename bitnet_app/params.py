@@ -30,9 +30,12 @@ RULE_OF_ATTENTION = {"causal": "exact", "block": "threshold"}  # fill_rule when 
 # threshold when none is given (see resolve). The threshold rule keeps every slot above it, so its default is
 # Fast-dLLM v2's (or the checkpoint's dlm_config.json suggestion): lower loses quality. The exact rule keeps only
 # what AR would write, so the threshold only decides how much is drafted: lower drafts more (more tokens per
-# step, more rejected drafts); benchmarks/BENCHMARKS.md has the sweep that chose this value.
+# step, more rejected drafts, bigger steps). 0.5 is the lowest at which at most one id can be drafted for a slot;
+# on the demo model it settles 6.4 tokens a step against 3.8 at 0.9, for about the same cost per token (a step of
+# that tiny model costs about its rows; a big model's step costs its weights, so there fewer steps win more).
+# benchmarks/BENCHMARKS.md has the sweep.
 PLAIN_THRESHOLD = 0.9
-EXACT_DRAFT_THRESHOLD = 0.7
+EXACT_DRAFT_THRESHOLD = 0.5
 SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (ui["section"]), in this order
 C_INT_MAX = 2**31 - 1      # top_k and mask_id reach the engine's C code as a C int (and int32 arrays)
 MAX_REPLY = 1 << 20        # max_new_tokens, block sizes: engine/validate.py MAX_CONTEXT, the longest context a file has
