@@ -236,8 +236,10 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
     __m256i s = _mm256_setzero_si256(), acc = s;
 #pragma GCC unroll 20
     for (int m = 0; m < nq; m++) {
-        if (m % BN_TRIT5_QUADS == 0)
+        if (m % BN_TRIT5_QUADS == 0) {
+            _mm_prefetch((const char *)(in + (m / BN_TRIT5_QUADS) * 64 + 2048), _MM_HINT_T0); /* the stream: 2 KB ahead */
             s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in + (m / BN_TRIT5_QUADS) * 64)), flip);
+        }
         acc = _mm256_or_si256(acc, _mm256_slli_epi16(trit_codes(&s), 2 * (m % 4)));
         if (m % 4 == 3) {
             _mm256_storeu_si256((__m256i *)(out + (m / 4) * 64), acc);

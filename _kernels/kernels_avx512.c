@@ -179,7 +179,10 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
     __m512i t = _mm512_setzero_si512(), acc = _mm512_setzero_si512();
 #pragma GCC unroll 20
     for (int m = 0; m < nq; m++) {
-        if (m % BN_TRIT5_QUADS == 0) t = _mm512_loadu_si512((const void *)(in + (m / BN_TRIT5_QUADS) * 64));
+        if (m % BN_TRIT5_QUADS == 0) {
+            _mm_prefetch((const char *)(in + (m / BN_TRIT5_QUADS) * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+            t = _mm512_loadu_si512((const void *)(in + (m / BN_TRIT5_QUADS) * 64));
+        }
         const __m512i field = _mm512_set1_epi8((char)(1 << (2 * (m % 4))));
         acc = _mm512_mask_add_epi8(acc, _mm512_cmpge_epu8_mask(t, lo), acc, field);
         acc = _mm512_mask_add_epi8(acc, _mm512_cmpge_epu8_mask(t, hi), acc, field);
@@ -234,7 +237,10 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
     const vbmi_luts *t, const uint8_t *in, uint8_t *out, const int nq) {
     __m512i f[4], c[4];
 #pragma GCC unroll 4
-    for (int g = 0; g < (nq + 4) / 5; g++) vbmi_lookup(t, _mm512_loadu_si512((const void *)(in + g * 64)), &f[g], &c[g]);
+    for (int g = 0; g < (nq + 4) / 5; g++) {
+        _mm_prefetch((const char *)(in + g * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        vbmi_lookup(t, _mm512_loadu_si512((const void *)(in + g * 64)), &f[g], &c[g]);
+    }
     _mm512_storeu_si512((void *)out, f[0]);
     if (nq > 4) /* C4(g0) | F4(g1) << 2 */
         _mm512_storeu_si512((void *)(out + 64), AND_OR(_mm512_slli_epi16(f[1], 2), _mm512_set1_epi8((char)0xFC), c[0]));
