@@ -300,17 +300,19 @@ static void unpack5_best(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *ti
 #define RUN_BYTES (5 * 64)
 static inline size_t run_buffer_tile(int kp) { return (size_t)((kp / 4 + RUN_QUADS - 1) / RUN_QUADS) * RUN_BYTES; }
 
-/* One run of nq quads (a multiple of 4, at most 20) of RT row tiles for BT tokens, into acc (NA per token). packed:
- * read the 1.6-bit groups at w5 (row tile r at w5 + r * tile5), and write the run to buf when store; else read it
- * from buf (row tile r at buf + r * tile_buf). x: the run's first column of token 0. */
+/* Run `run` (nq quads, a multiple of 4, at most 20) of RT row tiles for BT tokens, into acc (NA per token). packed:
+ * read the 1.6-bit groups of w5 (row tile r at w5 + r * tile5), and write the run to buf when store; else read it
+ * from buf (row tile r at buf + r * tile_buf). Each pointer is offset only where it is read or written (w5 or buf
+ * may be NULL where unused). x: the run's first column of token 0. */
 __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void ternary5_run(
-    const vbmi_luts *lut, const uint8_t *w5, size_t tile5, uint8_t *buf, size_t tile_buf, const int packed, int store,
-    const int8_t *x, int kp, const int rt, const int bt, const int na, const int nq, __m512i acc[2][16]) {
+    const vbmi_luts *lut, const uint8_t *w5, size_t tile5, uint8_t *buf, size_t tile_buf, int run, const int packed,
+    int store, const int8_t *x, int kp, const int rt, const int bt, const int na, const int nq, __m512i acc[2][16]) {
     const __m512i m3 = _mm512_set1_epi8(3);
+    const size_t in = (size_t)run * 4 * 64, out = (size_t)run * RUN_BYTES; /* the run's offsets in w5 and buf */
     __m512i c[2]; /* C: built (packed) or loaded */
 #pragma GCC unroll 2
     for (int r = 0; r < rt; r++)
-        c[r] = packed ? _mm512_setzero_si512() : _mm512_loadu_si512((const void *)(buf + r * tile_buf + 4 * 64));
+        c[r] = packed ? _mm512_setzero_si512() : _mm512_loadu_si512((const void *)(buf + out + r * tile_buf + 4 * 64));
 #pragma GCC unroll 4
     for (int gi = 0; gi < (nq + 4) / 5; gi++) {
         const int nd = nq - 5 * gi < 5 ? nq - 5 * gi : 5; /* this group's digits in the run */
@@ -318,15 +320,15 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
 #pragma GCC unroll 2
         for (int r = 0; r < rt; r++) {
             if (packed) {
-                const uint8_t *p = w5 + r * tile5 + gi * 64;
+                const uint8_t *p = w5 + in + r * tile5 + gi * 64;
                 _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
                 vbmi_lookup(lut, _mm512_loadu_si512((const void *)p), &f4[r], &c4[r]);
                 if (store) {
-                    _mm512_storeu_si512((void *)(buf + r * tile_buf + gi * 64), f4[r]);
+                    _mm512_storeu_si512((void *)(buf + out + r * tile_buf + gi * 64), f4[r]);
                     c[r] = _mm512_or_si512(c[r], _mm512_slli_epi16(c4[r], 2 * gi)); /* codes <= 2: stays in its byte */
                 }
             } else {
-                f4[r] = _mm512_loadu_si512((const void *)(buf + r * tile_buf + gi * 64));
+                f4[r] = _mm512_loadu_si512((const void *)(buf + out + r * tile_buf + gi * 64));
                 c4[r] = _mm512_and_si512(_mm512_srli_epi16(c[r], 2 * gi), m3);
             }
         }
@@ -346,7 +348,7 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
     }
     if (packed && store && nq >= 5)
 #pragma GCC unroll 2
-        for (int r = 0; r < rt; r++) _mm512_storeu_si512((void *)(buf + r * tile_buf + 4 * 64), c[r]);
+        for (int r = 0; r < rt; r++) _mm512_storeu_si512((void *)(buf + out + r * tile_buf + 4 * 64), c[r]);
 }
 
 /* RT row tiles x BT tokens through every run of the tiles (ternary5_run) -> y */
@@ -361,12 +363,9 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
 #pragma GCC unroll 16
         for (int a = 0; a < 16; a++) acc[r][a] = _mm512_setzero_si512();
     for (int run = 0; run < runs; run++)
-        ternary5_run(lut, w5 + (size_t)run * 4 * 64, tile5, buf + (size_t)run * RUN_BYTES, tile_buf, packed, store,
-                     x + run * 80, kp, rt, bt, na, RUN_QUADS, acc);
-    const uint8_t *w5t = w5 + (size_t)runs * 4 * 64;
-    uint8_t *bt_ = buf + (size_t)runs * RUN_BYTES;
-    const int8_t *xt = x + runs * 80;
-#define LAST_RUN(NQ) ternary5_run(lut, w5t, tile5, bt_, tile_buf, packed, store, xt, kp, rt, bt, na, NQ, acc)
+        ternary5_run(lut, w5, tile5, buf, tile_buf, run, packed, store, x + run * 80, kp, rt, bt, na, RUN_QUADS, acc);
+#define LAST_RUN(NQ) \
+    ternary5_run(lut, w5, tile5, buf, tile_buf, runs, packed, store, x + runs * 80, kp, rt, bt, na, NQ, acc)
     switch (quads % RUN_QUADS) {
         case 16: LAST_RUN(16); break;
         case 12: LAST_RUN(12); break;
@@ -398,8 +397,8 @@ __attribute__((target("avx512vbmi"))) static int ternary5_batch_vbmi(const uint8
         lut.c4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[1] + 64 * i));
     }
 #define FIRST_CALL(RT, BT)                                                                                        \
-    ternary5_block(&lut, codes + (size_t)(tile + r) * tile5, kp, buf + r * tile_buf, 1, store, xq, RT, BT,        \
-                   row_scale + (tile + r) * 16, xsum, xinv, y + (tile + r) * 16, ldy)
+    ternary5_block(&lut, codes + (size_t)(tile + r) * tile5, kp, store ? buf + r * tile_buf : NULL, 1, store, xq, \
+                   RT, BT, row_scale + (tile + r) * 16, xsum, xinv, y + (tile + r) * 16, ldy)
 #define LATER_CALL(RT, BT)                                                                                        \
     ternary5_block(&lut, NULL, kp, buf, 0, 0, xq + (size_t)t0 * kp, RT, BT, row_scale + tile * 16, xsum + t0,    \
                    xinv + t0, y + (size_t)t0 * ldy + tile * 16, ldy)

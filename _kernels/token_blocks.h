@@ -7,20 +7,26 @@
 
 #define TOKENS_PER_BLOCK 8
 
-#define DISPATCH_BLOCKS(CALL)                                                        \
-    for (int t0 = 0; t0 < T;) {                                                      \
+/* One block of bt tokens (1..TOKENS_PER_BLOCK) with BT a compile-time constant: CALL(BT) */
+#define SWITCH_BLOCK(CALL, bt)                                                       \
+    switch (bt) {                                                                    \
+        case 8: CALL(8); break;                                                      \
+        case 7: CALL(7); break;                                                      \
+        case 6: CALL(6); break;                                                      \
+        case 5: CALL(5); break;                                                      \
+        case 4: CALL(4); break;                                                      \
+        case 3: CALL(3); break;                                                      \
+        case 2: CALL(2); break;                                                      \
+        default: CALL(1); break;                                                     \
+    }
+
+/* The blocks of tokens [first, T): t0 the block's first token */
+#define DISPATCH_BLOCKS_FROM(CALL, first)                                            \
+    for (int t0 = (first); t0 < T;) {                                                \
         const int bt = T - t0 >= TOKENS_PER_BLOCK ? TOKENS_PER_BLOCK : T - t0;       \
-        switch (bt) {                                                                \
-            case 8: CALL(8); break;                                                  \
-            case 7: CALL(7); break;                                                  \
-            case 6: CALL(6); break;                                                  \
-            case 5: CALL(5); break;                                                  \
-            case 4: CALL(4); break;                                                  \
-            case 3: CALL(3); break;                                                  \
-            case 2: CALL(2); break;                                                  \
-            default: CALL(1); break;                                                 \
-        }                                                                            \
+        SWITCH_BLOCK(CALL, bt)                                                       \
         t0 += bt;                                                                    \
     }
+#define DISPATCH_BLOCKS(CALL) DISPATCH_BLOCKS_FROM(CALL, 0)
 
 #endif
