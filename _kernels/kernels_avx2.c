@@ -274,13 +274,13 @@ static inline __attribute__((always_inline)) void ternary5_half_group(const uint
     }
 #pragma GCC unroll 5
     for (int d = 0; d < nd; d++) {
+        const size_t at = ((size_t)g * BN_TRIT5_QUADS + d) * DIGIT_BYTES; /* this digit's codes in buf */
         __m256i c;
-        uint8_t *cd = buf + ((size_t)g * BN_TRIT5_QUADS + d) * DIGIT_BYTES; /* used only with store or !packed */
         if (packed) {
             c = trit_codes(&s);
-            if (store) _mm256_storeu_si256((__m256i *)cd, c);
+            if (store) _mm256_storeu_si256((__m256i *)(buf + at), c);
         } else {
-            c = _mm256_loadu_si256((const __m256i *)cd);
+            c = _mm256_loadu_si256((const __m256i *)(buf + at));
         }
         KEEP_IN_REGISTER(c);
 #pragma GCC unroll 8
