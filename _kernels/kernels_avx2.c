@@ -61,13 +61,7 @@ static inline __attribute__((always_inline)) void ternary_half(
 #pragma GCC unroll 8
         for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
     }
-    const __m256 scale = _mm256_loadu_ps(row_scale);
-#pragma GCC unroll 8
-    for (int b = 0; b < bt; b++) {
-        const __m256i sum = _mm256_sub_epi32(acc[b], _mm256_set1_epi32(xsum[b]));
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
-        _mm256_storeu_ps(y + (size_t)b * ldy, v);
-    }
+    store_half_rows(acc, bt, row_scale, xsum, xinv, y, ldy);
 }
 
 /* y (16 rows) = (acc - xsum) * xinv * row_scale for the int32 sums of rows 0-7 (acc0) and 8-15 (acc1) of a tile */
@@ -323,13 +317,7 @@ static inline __attribute__((always_inline)) void ternary5_half(const uint8_t *w
 #pragma GCC unroll 8
         for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
     }
-    const __m256 scale = _mm256_loadu_ps(row_scale);
-#pragma GCC unroll 8
-    for (int b = 0; b < bt; b++) {
-        const __m256i sum = _mm256_sub_epi32(acc[b], _mm256_set1_epi32(xsum[b]));
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
-        _mm256_storeu_ps(y + (size_t)b * ldy, v);
-    }
+    store_half_rows(acc, bt, row_scale, xsum, xinv, y, ldy);
 }
 
 /* kernels.h ternary5_matmul for T > 1: each half of each row tile, its first block of tokens from the packed bytes,
