@@ -29,7 +29,8 @@ typedef struct {
     /* The same product from the 1.6-bit tiles of W (Np/16, G5, 64), 5 codes a byte (bitnet_app/engine/packing.py;
      * G5 = bn_trit5_groups(kp)): the same y, bit for bit, as ternary_matmul on the 2-bit tiles of the same weights.
      * One token is decoded straight from the packed bytes; a batch unpacks each chunk of row tiles once into 2-bit
-     * tiles and runs ternary_matmul on them (bn_ternary5_batch). Needs kp <= BN_TRIT5_MAX_KP. */
+     * tiles and runs ternary_matmul on them (bn_ternary5_batch), or, on AVX2 and on AVX-512 with VBMI, has its first
+     * block of tokens unpack as it multiplies (kernels_avx2.c, kernels_avx512.c). Needs kp <= BN_TRIT5_MAX_KP. */
     void (*ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
     /* n_tiles consecutive row tiles of 1.6-bit codes (G5 groups each) -> the 2-bit tiles of the same weights

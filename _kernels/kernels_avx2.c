@@ -61,13 +61,7 @@ static inline __attribute__((always_inline)) void ternary_half(
 #pragma GCC unroll 8
         for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
     }
-    const __m256 scale = _mm256_loadu_ps(row_scale);
-#pragma GCC unroll 8
-    for (int b = 0; b < bt; b++) {
-        const __m256i sum = _mm256_sub_epi32(acc[b], _mm256_set1_epi32(xsum[b]));
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
-        _mm256_storeu_ps(y + (size_t)b * ldy, v);
-    }
+    store_half_rows(acc, bt, row_scale, xsum, xinv, y, ldy);
 }
 
 /* y (16 rows) = (acc - xsum) * xinv * row_scale for the int32 sums of rows 0-7 (acc0) and 8-15 (acc1) of a tile */
@@ -236,8 +230,10 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
     __m256i s = _mm256_setzero_si256(), acc = s;
 #pragma GCC unroll 20
     for (int m = 0; m < nq; m++) {
-        if (m % BN_TRIT5_QUADS == 0)
+        if (m % BN_TRIT5_QUADS == 0) {
+            _mm_prefetch((const char *)(in + (m / BN_TRIT5_QUADS) * 64 + 2048), _MM_HINT_T0); /* 2 KB ahead */
             s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in + (m / BN_TRIT5_QUADS) * 64)), flip);
+        }
         acc = _mm256_or_si256(acc, _mm256_slli_epi16(trit_codes(&s), 2 * (m % 4)));
         if (m % 4 == 3) {
             _mm256_storeu_si256((__m256i *)(out + (m / 4) * 64), acc);
@@ -250,11 +246,112 @@ static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2)
     BN_UNPACK5_TILES(unpack5_run, tiles5, kp, n_tiles, tiles2, 32);
 }
 
+/* A batch of 1.6-bit tiles, unpacked by its first block of tokens as it goes (as kernels_avx512.c does with VBMI):
+ * tiles5.c's unpack-then-multiply leaves the core waiting on memory while it unpacks a chunk and memory idle while
+ * it multiplies. Here, for each 8-row half of a row tile, the first block of up to TOKENS_PER_BLOCK tokens reads the
+ * packed bytes with prefetch, forms each digit's codes (trit_codes) and multiplies them at once; when more blocks
+ * follow it also writes the codes, one byte a weight (32 bytes per digit of a group's half), to this thread's
+ * buffer, from which the later blocks multiply them with no unpacking at all. The sums are ternary_half's products
+ * in another order, in int16 runs of at most GROUPS5_PER_WIDEN groups (exact, see there): the same y, bit for bit. */
+#define DIGIT_BYTES 32 /* one digit of one half of a 64-byte group, as codes */
+
+/* nd digits of group g of one half for BT tokens into the int16 sums acc16. packed: from the packed half w5 (and,
+ * when store, its codes written to buf); else the codes from buf. x: token 0's activations. */
+static inline __attribute__((always_inline)) void ternary5_half_group(const uint8_t *w5, uint8_t *buf, int g,
+                                                                      const int packed, int store, const int8_t *x,
+                                                                      int kp, const int bt, const int nd,
+                                                                      __m256i acc16[TOKENS_PER_BLOCK]) {
+    __m256i s = _mm256_setzero_si256();
+    if (packed) {
+        _mm_prefetch((const char *)(w5 + (size_t)g * 64 + 1024), _MM_HINT_T0);
+        s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w5 + (size_t)g * 64)), _mm256_set1_epi8((char)0x80));
+    }
+#pragma GCC unroll 5
+    for (int d = 0; d < nd; d++) {
+        const size_t at = ((size_t)g * BN_TRIT5_QUADS + d) * DIGIT_BYTES; /* this digit's codes in buf */
+        __m256i c;
+        if (packed) {
+            c = trit_codes(&s);
+            if (store) _mm256_storeu_si256((__m256i *)(buf + at), c);
+        } else {
+            c = _mm256_loadu_si256((const __m256i *)(buf + at));
+        }
+        KEEP_IN_REGISTER(c);
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) {
+            const __m256i xd = _mm256_set1_epi32(load_i32(x + (size_t)b * kp + 20 * g + 4 * d));
+            acc16[b] = _mm256_add_epi16(acc16[b], _mm256_maddubs_epi16(c, xd));
+            KEEP_IN_REGISTER(acc16[b]);
+        }
+    }
+}
+
+/* One 8-row half of a row tile (w5: its packed tile at the half's first byte; row0: its first row) for a block of
+ * BT tokens -> y */
+static inline __attribute__((always_inline)) void ternary5_half(const uint8_t *w5, uint8_t *buf, const int packed,
+                                                                int store, const int8_t *x, int kp, const int bt,
+                                                                const float *row_scale, const int32_t *xsum,
+                                                                const float *xinv, float *y, int ldy) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
+    __m256i acc[TOKENS_PER_BLOCK], acc16[TOKENS_PER_BLOCK];
+#pragma GCC unroll 8
+    for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
+    for (int g0 = 0; g0 < full; g0 += GROUPS5_PER_WIDEN) {
+        const int g1 = g0 + GROUPS5_PER_WIDEN < full ? g0 + GROUPS5_PER_WIDEN : full;
+#pragma GCC unroll 8
+        for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc16[b] = _mm256_setzero_si256();
+        for (int g = g0; g < g1; g++) ternary5_half_group(w5, buf, g, packed, store, x, kp, bt, BN_TRIT5_QUADS, acc16);
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
+    }
+    if (rest) { /* the last group's quads, when kp / 4 is not a multiple of 5 */
+#pragma GCC unroll 8
+        for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc16[b] = _mm256_setzero_si256();
+        switch (rest) {
+            case 4: ternary5_half_group(w5, buf, full, packed, store, x, kp, bt, 4, acc16); break;
+            case 3: ternary5_half_group(w5, buf, full, packed, store, x, kp, bt, 3, acc16); break;
+            case 2: ternary5_half_group(w5, buf, full, packed, store, x, kp, bt, 2, acc16); break;
+            default: ternary5_half_group(w5, buf, full, packed, store, x, kp, bt, 1, acc16); break;
+        }
+#pragma GCC unroll 8
+        for (int b = 0; b < bt; b++) acc[b] = _mm256_add_epi32(acc[b], _mm256_madd_epi16(acc16[b], ones));
+    }
+    store_half_rows(acc, bt, row_scale, xsum, xinv, y, ldy);
+}
+
+/* kernels.h ternary5_matmul for T > 1: each half of each row tile, its first block of tokens from the packed bytes,
+ * the others from the codes it wrote. False when there is no memory for the buffer (the caller then takes tiles5.c's
+ * path, which has its own fallback). */
+static int ternary5_batch(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum,
+                          const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    const int groups5 = bn_trit5_groups(kp), store = T > TOKENS_PER_BLOCK;
+    const int first = store ? TOKENS_PER_BLOCK : T;
+    uint8_t *buf = store ? bn_thread_buffer(BN_SCRATCH_TILES5, (size_t)groups5 * BN_TRIT5_QUADS * DIGIT_BYTES) : NULL;
+    if (store && !buf) return 0;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *w5 = codes + (size_t)tile * groups5 * 64 + half * 32;
+            const int row0 = tile * 16 + half * 8;
+#define FIRST_CALL(BT) \
+    ternary5_half(w5, buf, 1, store, xq, kp, BT, row_scale + row0, xsum, xinv, y + row0, ldy)
+#define LATER_CALL(BT) \
+    ternary5_half(NULL, buf, 0, 0, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xsum + t0, xinv + t0, \
+                  y + (size_t)t0 * ldy + row0, ldy)
+            SWITCH_BLOCK(FIRST_CALL, first)
+            DISPATCH_BLOCKS_FROM(LATER_CALL, first)
+#undef LATER_CALL
+#undef FIRST_CALL
+        }
+    return 1;
+}
+
 static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     if (T > 1) {
-        bn_ternary5_batch(unpack5, ternary_walk, ternary5_matmul, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y,
-                          ldy);
+        if (!ternary5_batch(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy))
+            bn_ternary5_batch(unpack5, ternary_walk, ternary5_matmul, codes, kp, row_scale, xq, xsum, xinv, T, n0, n1,
+                              y, ldy);
         return;
     }
     const size_t tile_bytes = (size_t)bn_trit5_groups(kp) * 64;

@@ -28,11 +28,33 @@ static inline int32_t load_i32(const void *p) {
  * (registers). RT row tiles x BT tokens x NA accumulators <= 16 of the 32 zmm registers. */
 #define ACCS_PER_TOKEN(bt) ((bt) <= 2 ? 4 : (bt) <= 4 ? 2 : 1)
 
+/* y (BT tokens x RT row tiles of 16) = (the int32 sums of acc[r][b * na + a] over a - xsum) * xinv * row_scale */
+static inline __attribute__((always_inline)) void store_sums(__m512i acc[2][16], const int rt, const int bt,
+                                                             const int na, const float *row_scale, const int32_t *xsum,
+                                                             const float *xinv, float *y, int ldy) {
+#pragma GCC unroll 2
+    for (int r = 0; r < rt; r++) {
+        const __m512 scale = _mm512_loadu_ps(row_scale + 16 * r);
+#pragma GCC unroll 16
+        for (int b = 0; b < bt; b++) {
+            __m512i sum = acc[r][b * na];
+#pragma GCC unroll 4
+            for (int a = 1; a < na; a++) sum = _mm512_add_epi32(sum, acc[r][b * na + a]);
+            sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(xsum[b]));
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xinv[b])), scale);
+            _mm512_storeu_ps(y + (size_t)b * ldy + 16 * r, v);
+        }
+    }
+}
+
+/* Accumulators per token of a block of RT row tiles x BT tokens */
+#define ACCS(rt, bt) ((rt) == 1 ? ACCS_PER_TOKEN(bt) : ((bt) <= 4 ? 2 : 1))
+
 /* RT (1 or 2) consecutive row tiles x BT tokens: each 4-byte activation broadcast feeds RT dot products. */
 static inline __attribute__((always_inline)) void ternary_block(
     const uint8_t *wt, int groups, const int8_t *x, int kp, const int rt, const int bt, const float *row_scale,
     const int32_t *xsum, const float *xinv, float *y, int ldy) {
-    const int na = rt == 1 ? ACCS_PER_TOKEN(bt) : (bt <= 4 ? 2 : 1);
+    const int na = ACCS(rt, bt);
     const __m512i m3 = _mm512_set1_epi8(3);
     const size_t tile_bytes = (size_t)groups * 64;
     __m512i acc[2][16];
@@ -65,35 +87,26 @@ static inline __attribute__((always_inline)) void ternary_block(
             }
         }
     }
-#pragma GCC unroll 2
-    for (int r = 0; r < rt; r++) {
-        const __m512 scale = _mm512_loadu_ps(row_scale + 16 * r);
-#pragma GCC unroll 16
-        for (int b = 0; b < bt; b++) {
-            __m512i sum = acc[r][b * na];
-#pragma GCC unroll 4
-            for (int a = 1; a < na; a++) sum = _mm512_add_epi32(sum, acc[r][b * na + a]);
-            sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(xsum[b]));
-            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xinv[b])), scale);
-            _mm512_storeu_ps(y + (size_t)b * ldy + 16 * r, v);
-        }
-    }
+    store_sums(acc, rt, bt, na, row_scale, xsum, xinv, y, ldy);
 }
 
+/* One block of bt tokens (1..8) with BT a constant: CALL(RT, BT) */
+#define SWITCH_BLOCK(CALL, RT, bt)                                    \
+    switch (bt) {                                                     \
+        case 8: CALL(RT, 8); break;                                   \
+        case 7: CALL(RT, 7); break;                                   \
+        case 6: CALL(RT, 6); break;                                   \
+        case 5: CALL(RT, 5); break;                                   \
+        case 4: CALL(RT, 4); break;                                   \
+        case 3: CALL(RT, 3); break;                                   \
+        case 2: CALL(RT, 2); break;                                   \
+        default: CALL(RT, 1); break;                                  \
+    }
 /* Token blocks: one token alone (decode, memory-bound); otherwise blocks of 8 then the remainder. */
 #define DISPATCH_BLOCKS(CALL, RT)                                     \
     for (int t0 = 0; t0 < T;) {                                       \
-        int bt = T - t0 >= 8 ? 8 : T - t0;                            \
-        switch (bt) {                                                 \
-            case 8: CALL(RT, 8); break;                               \
-            case 7: CALL(RT, 7); break;                               \
-            case 6: CALL(RT, 6); break;                               \
-            case 5: CALL(RT, 5); break;                               \
-            case 4: CALL(RT, 4); break;                               \
-            case 3: CALL(RT, 3); break;                               \
-            case 2: CALL(RT, 2); break;                               \
-            default: CALL(RT, 1); break;                              \
-        }                                                             \
+        const int bt = T - t0 >= 8 ? 8 : T - t0;                      \
+        SWITCH_BLOCK(CALL, RT, bt)                                    \
         t0 += bt;                                                     \
     }
 
@@ -166,7 +179,10 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
     __m512i t = _mm512_setzero_si512(), acc = _mm512_setzero_si512();
 #pragma GCC unroll 20
     for (int m = 0; m < nq; m++) {
-        if (m % BN_TRIT5_QUADS == 0) t = _mm512_loadu_si512((const void *)(in + (m / BN_TRIT5_QUADS) * 64));
+        if (m % BN_TRIT5_QUADS == 0) {
+            _mm_prefetch((const char *)(in + (m / BN_TRIT5_QUADS) * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+            t = _mm512_loadu_si512((const void *)(in + (m / BN_TRIT5_QUADS) * 64));
+        }
         const __m512i field = _mm512_set1_epi8((char)(1 << (2 * (m % 4))));
         acc = _mm512_mask_add_epi8(acc, _mm512_cmpge_epu8_mask(t, lo), acc, field);
         acc = _mm512_mask_add_epi8(acc, _mm512_cmpge_epu8_mask(t, hi), acc, field);
@@ -221,7 +237,10 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
     const vbmi_luts *t, const uint8_t *in, uint8_t *out, const int nq) {
     __m512i f[4], c[4];
 #pragma GCC unroll 4
-    for (int g = 0; g < (nq + 4) / 5; g++) vbmi_lookup(t, _mm512_loadu_si512((const void *)(in + g * 64)), &f[g], &c[g]);
+    for (int g = 0; g < (nq + 4) / 5; g++) {
+        _mm_prefetch((const char *)(in + g * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        vbmi_lookup(t, _mm512_loadu_si512((const void *)(in + g * 64)), &f[g], &c[g]);
+    }
     _mm512_storeu_si512((void *)out, f[0]);
     if (nq > 4) /* C4(g0) | F4(g1) << 2 */
         _mm512_storeu_si512((void *)(out + 64), AND_OR(_mm512_slli_epi16(f[1], 2), _mm512_set1_epi8((char)0xFC), c[0]));
@@ -254,19 +273,155 @@ __attribute__((target("avx512vbmi"))) static void unpack5_vbmi(const uint8_t *ti
 /* The unpacking this CPU runs fastest (the path's table entry unpack5, the batches of ternary5_matmul). BITNET_NO_VBMI
  * (any value) keeps the plain one, so the tests run both on a VBMI machine. */
 static bn_unpack5_fn best_unpack5;
+static int have_vbmi; /* this CPU has AVX512-VBMI and BITNET_NO_VBMI is not set (ternary5_matmul's batches use it) */
 static pthread_once_t unpack5_once = PTHREAD_ONCE_INIT;
 static void choose_unpack5(void) {
     __builtin_cpu_init();
-    best_unpack5 = __builtin_cpu_supports("avx512vbmi") && !getenv("BITNET_NO_VBMI") ? unpack5_vbmi : unpack5;
+    have_vbmi = __builtin_cpu_supports("avx512vbmi") && !getenv("BITNET_NO_VBMI");
+    best_unpack5 = have_vbmi ? unpack5_vbmi : unpack5;
 }
 static void unpack5_best(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
     pthread_once(&unpack5_once, choose_unpack5);
     best_unpack5(tiles5, kp, n_tiles, tiles2);
 }
 
+/* A batch of 1.6-bit tiles on a VBMI CPU, unpacked by its first block of tokens as it goes. Unpacking a whole chunk
+ * of tiles before multiplying it (tiles5.c) leaves the core waiting on memory while it unpacks and idle on memory
+ * while it multiplies; here the first block of up to 8 tokens reads the packed bytes with the 2-bit kernel's
+ * prefetch, looks each 64-byte group up (vbmi_lookup: F4 = digits 0-3 as 2-bit fields, C4 = digit 4) and multiplies
+ * its five digits at once, so the reads overlap the products as on 2-bit tiles. When more blocks follow, it also
+ * writes each run of 20 quads (4 groups in, 80 columns) to this thread's buffer as five 64-byte registers:
+ *   F4(g0) F4(g1) F4(g2) F4(g3) C,   C = C4(g0) | C4(g1) << 2 | C4(g2) << 4 | C4(g3) << 6
+ * which the later blocks split into fields as the 2-bit kernel does: field f of F4(gi) holds columns 20 gi + 4 f of
+ * the run, field gi of C columns 20 gi + 16. The products are the 2-bit kernel's in another order, summed exactly in
+ * int32: the same y, bit for bit. A short last run (kp / 4 % 20 quads) keeps the same slots, its absent digits
+ * skipped. */
+#define RUN_QUADS 20
+#define RUN_BYTES (5 * 64)
+static inline size_t run_buffer_tile(int kp) { return (size_t)((kp / 4 + RUN_QUADS - 1) / RUN_QUADS) * RUN_BYTES; }
+
+/* Run `run` (nq quads, a multiple of 4, at most 20) of RT row tiles for BT tokens, into acc (NA per token). packed:
+ * read the 1.6-bit groups of w5 (row tile r at w5 + r * tile5), and write the run to buf when store; else read it
+ * from buf (row tile r at buf + r * tile_buf). Each pointer is offset only where it is read or written (w5 or buf
+ * may be NULL where unused). x: the run's first column of token 0. */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void ternary5_run(
+    const vbmi_luts *lut, const uint8_t *w5, size_t tile5, uint8_t *buf, size_t tile_buf, int run, const int packed,
+    int store, const int8_t *x, int kp, const int rt, const int bt, const int na, const int nq, __m512i acc[2][16]) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const size_t in = (size_t)run * 4 * 64, out = (size_t)run * RUN_BYTES; /* the run's offsets in w5 and buf */
+    __m512i c[2]; /* C: built (packed) or loaded */
+#pragma GCC unroll 2
+    for (int r = 0; r < rt; r++)
+        c[r] = packed ? _mm512_setzero_si512() : _mm512_loadu_si512((const void *)(buf + out + r * tile_buf + 4 * 64));
+#pragma GCC unroll 4
+    for (int gi = 0; gi < (nq + 4) / 5; gi++) {
+        const int nd = nq - 5 * gi < 5 ? nq - 5 * gi : 5; /* this group's digits in the run */
+        __m512i f4[2], c4[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < rt; r++) {
+            if (packed) {
+                const uint8_t *p = w5 + in + r * tile5 + gi * 64;
+                _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+                vbmi_lookup(lut, _mm512_loadu_si512((const void *)p), &f4[r], &c4[r]);
+                if (store) {
+                    _mm512_storeu_si512((void *)(buf + out + r * tile_buf + gi * 64), f4[r]);
+                    c[r] = _mm512_or_si512(c[r], _mm512_slli_epi16(c4[r], 2 * gi)); /* codes <= 2: stays in its byte */
+                }
+            } else {
+                f4[r] = _mm512_loadu_si512((const void *)(buf + out + r * tile_buf + gi * 64));
+                c4[r] = _mm512_and_si512(_mm512_srli_epi16(c[r], 2 * gi), m3);
+            }
+        }
+#pragma GCC unroll 5
+        for (int d = 0; d < nd; d++) {
+            __m512i w[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < rt; r++) w[r] = d < 4 ? _mm512_and_si512(_mm512_srli_epi16(f4[r], 2 * d), m3) : c4[r];
+#pragma GCC unroll 8
+            for (int b = 0; b < bt; b++) {
+                const __m512i xb = _mm512_set1_epi32(load_i32(x + (size_t)b * kp + 20 * gi + 4 * d));
+                const int a = b * na + (5 * gi + d) % na;
+#pragma GCC unroll 2
+                for (int r = 0; r < rt; r++) acc[r][a] = _mm512_dpbusd_epi32(acc[r][a], w[r], xb);
+            }
+        }
+    }
+    if (packed && store && nq >= 5)
+#pragma GCC unroll 2
+        for (int r = 0; r < rt; r++) _mm512_storeu_si512((void *)(buf + out + r * tile_buf + 4 * 64), c[r]);
+}
+
+/* RT row tiles x BT tokens through every run of the tiles (ternary5_run) -> y */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void ternary5_block(
+    const vbmi_luts *lut, const uint8_t *w5, int kp, uint8_t *buf, const int packed, int store, const int8_t *x,
+    const int rt, const int bt, const float *row_scale, const int32_t *xsum, const float *xinv, float *y, int ldy) {
+    const int na = ACCS(rt, bt), quads = kp / 4, runs = quads / RUN_QUADS;
+    const size_t tile5 = (size_t)bn_trit5_groups(kp) * 64, tile_buf = run_buffer_tile(kp);
+    __m512i acc[2][16];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+#pragma GCC unroll 16
+        for (int a = 0; a < 16; a++) acc[r][a] = _mm512_setzero_si512();
+    for (int run = 0; run < runs; run++)
+        ternary5_run(lut, w5, tile5, buf, tile_buf, run, packed, store, x + run * 80, kp, rt, bt, na, RUN_QUADS, acc);
+#define LAST_RUN(NQ) \
+    ternary5_run(lut, w5, tile5, buf, tile_buf, runs, packed, store, x + runs * 80, kp, rt, bt, na, NQ, acc)
+    switch (quads % RUN_QUADS) {
+        case 16: LAST_RUN(16); break;
+        case 12: LAST_RUN(12); break;
+        case 8: LAST_RUN(8); break;
+        case 4: LAST_RUN(4); break;
+        default: break;
+    }
+#undef LAST_RUN
+    store_sums(acc, rt, bt, na, row_scale, xsum, xinv, y, ldy);
+}
+
+/* kernels.h ternary5_matmul for T > 1 on a VBMI CPU, by pairs of row tiles (then a last single one): the first
+ * block of up to 8 tokens from the packed bytes, one row tile at a time (with the lookup tables in 8 of the 32
+ * registers, a pair's 16 accumulators would spill: 2B-4T shapes, one thread, 8 tokens 1.16 -> 1.02x the 2-bit
+ * time), then the other blocks from the buffer it wrote, two row tiles at a time. False when there is no memory for
+ * the buffer (the caller then takes tiles5.c's path, which has its own fallback). */
+__attribute__((target("avx512vbmi"))) static int ternary5_batch_vbmi(const uint8_t *codes, int kp,
+                                                                     const float *row_scale, const int8_t *xq,
+                                                                     const int32_t *xsum, const float *xinv, int T,
+                                                                     int n0, int n1, float *y, int ldy) {
+    const size_t tile5 = (size_t)bn_trit5_groups(kp) * 64, tile_buf = run_buffer_tile(kp);
+    const int store = T > 8, first = T < 8 ? T : 8;
+    uint8_t *buf = store ? bn_thread_buffer(BN_SCRATCH_TILES5, 2 * tile_buf) : NULL;
+    if (store && !buf) return 0;
+    pthread_once(&vbmi_once, fill_vbmi_tables);
+    vbmi_luts lut;
+    for (int i = 0; i < 4; i++) {
+        lut.f4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[0] + 64 * i));
+        lut.c4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[1] + 64 * i));
+    }
+#define FIRST_CALL(RT, BT)                                                                                        \
+    ternary5_block(&lut, codes + (size_t)(tile + r) * tile5, kp, store ? buf + r * tile_buf : NULL, 1, store, xq, \
+                   RT, BT, row_scale + (tile + r) * 16, xsum, xinv, y + (tile + r) * 16, ldy)
+#define LATER_CALL(RT, BT)                                                                                        \
+    ternary5_block(&lut, NULL, kp, buf, 0, 0, xq + (size_t)t0 * kp, RT, BT, row_scale + tile * 16, xsum + t0,    \
+                   xinv + t0, y + (size_t)t0 * ldy + tile * 16, ldy)
+    for (int tile = n0 / 16; tile < n1 / 16;) {
+        const int rt = tile + 2 <= n1 / 16 ? 2 : 1;
+        for (int r = 0; r < rt; r++) SWITCH_BLOCK(FIRST_CALL, 1, first)
+        for (int t0 = first; t0 < T;) {
+            const int bt = T - t0 >= 8 ? 8 : T - t0;
+            if (rt == 2) SWITCH_BLOCK(LATER_CALL, 2, bt) else SWITCH_BLOCK(LATER_CALL, 1, bt)
+            t0 += bt;
+        }
+        tile += rt;
+    }
+#undef LATER_CALL
+#undef FIRST_CALL
+    return 1;
+}
+
 static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     if (T > 1) {
+        pthread_once(&unpack5_once, choose_unpack5);
+        if (have_vbmi && ternary5_batch_vbmi(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy)) return;
         bn_ternary5_batch(unpack5_best, ternary_matmul, ternary5_matmul, codes, kp, row_scale, xq, xsum, xinv, T, n0,
                           n1, y, ldy);
         return;

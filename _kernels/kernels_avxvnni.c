@@ -94,13 +94,7 @@ static inline __attribute__((always_inline)) void ternary_half(
             acc[b] = DPBUSD(acc[b], w3, _mm256_set1_epi32(load_i32(xg + 12)));
         }
     }
-    const __m256 scale = _mm256_loadu_ps(row_scale);
-#pragma GCC unroll 8
-    for (int b = 0; b < bt; b++) {
-        const __m256i sum = _mm256_sub_epi32(acc[b], _mm256_set1_epi32(xsum[b]));
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(xinv[b])), scale);
-        _mm256_storeu_ps(y + (size_t)b * ldy, v);
-    }
+    store_half_rows(acc, bt, row_scale, xsum, xinv, y, ldy);
 }
 
 /* int8: the activations offset to u8 (x ^ 0x80 = x + 128), the sum corrected by 128 * rowsum at the end */

@@ -1,4 +1,7 @@
-/* 1.6-bit ternary tiles (5 codes a byte, bitnet_app/engine/packing.py) for a batch of tokens, on every path: each
+/* 1.6-bit ternary tiles (5 codes a byte, bitnet_app/engine/packing.py) for a batch of tokens, on the paths that have
+ * no batch kernel of their own (AVX-VNNI, AMX, AVX-512 without VBMI; kernels_avx2.c and kernels_avx512.c
+ * unpack in the first block of tokens, so that the reads overlap the products, where here the core waits on memory
+ * while it unpacks a chunk and leaves memory idle while it multiplies), and as their fallback: each
  * chunk of CHUNK_TILES row tiles is unpacked once into 2-bit tiles in a buffer of the calling thread, and the path's
  * own 2-bit kernel multiplies the whole batch there. The unpacking costs about what one token's decode costs, so a
  * forward of T tokens pays it once for T; and the 2-bit kernels (blocks of tokens, pairs of tiles, AMX tiles) run
