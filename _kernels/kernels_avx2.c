@@ -154,6 +154,74 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
 
 #include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
 
+#define TILE_TOKENS 4
+static inline __attribute__((always_inline)) void ternary_tile_block(const uint8_t *wt, int groups, const int8_t *x,
+                                                                     int kp, const int BT, const float *row_scale,
+                                                                     const int32_t *xsum, const float *xinv, float *y,
+                                                                     int ldy) {
+    const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    __m256i acc0[TILE_TOKENS], acc1[TILE_TOKENS];
+#pragma GCC unroll 4
+    for (int b = 0; b < TILE_TOKENS; b++) acc0[b] = acc1[b] = _mm256_setzero_si256();
+    for (int g0 = 0; g0 < groups; g0 += GROUPS_PER_WIDEN) {
+        const int g1 = g0 + GROUPS_PER_WIDEN < groups ? g0 + GROUPS_PER_WIDEN : groups;
+        __m256i s0[TILE_TOKENS], s1[TILE_TOKENS];
+#pragma GCC unroll 4
+        for (int b = 0; b < TILE_TOKENS; b++) s0[b] = s1[b] = _mm256_setzero_si256();
+        for (int g = g0; g < g1; g++) {
+            _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+            const int8_t *xg = x + g * 16;
+#pragma GCC unroll 4
+            for (int f = 0; f < 4; f++) {
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+                __m256i w1 = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
+                w0 = _mm256_and_si256(_mm256_srli_epi16(w0, 2 * f), m3);
+                w1 = _mm256_and_si256(_mm256_srli_epi16(w1, 2 * f), m3);
+#pragma GCC unroll 4
+                for (int b = 0; b < BT; b++) {
+                    const __m256i xf = _mm256_set1_epi32(load_i32(xg + (size_t)b * kp + 4 * f));
+                    s0[b] = _mm256_add_epi16(s0[b], _mm256_maddubs_epi16(w0, xf));
+                    s1[b] = _mm256_add_epi16(s1[b], _mm256_maddubs_epi16(w1, xf));
+                    KEEP_IN_REGISTER(s0[b]);
+                    KEEP_IN_REGISTER(s1[b]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < BT; b++) {
+            acc0[b] = _mm256_add_epi32(acc0[b], _mm256_madd_epi16(s0[b], ones));
+            acc1[b] = _mm256_add_epi32(acc1[b], _mm256_madd_epi16(s1[b], ones));
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < BT; b++) store_tile_rows(acc0[b], acc1[b], xsum[b], xinv[b], row_scale, y + (size_t)b * ldy);
+}
+
+static void ternary_tiles(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum,
+                          const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T == 1) {
+        ternary_walk(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy);
+        return;
+    }
+    const int groups = kp / 16;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++) {
+        const uint8_t *wt = codes + (size_t)tile * groups * 64;
+        for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
+            const int bt = T - t0 < TILE_TOKENS ? T - t0 : TILE_TOKENS;
+#define TILE_CALL(BT) \
+    ternary_tile_block(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + tile * 16, xsum + t0, xinv + t0, \
+                       y + (size_t)t0 * ldy + tile * 16, ldy)
+            switch (bt) {
+                case 4: TILE_CALL(4); break;
+                case 3: TILE_CALL(3); break;
+                case 2: TILE_CALL(2); break;
+                default: TILE_CALL(1); break;
+            }
+#undef TILE_CALL
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- 1.6-bit tiles (5 codes a byte, packing.py)
  *
  * Digit d of a byte q is its code c_d = 3 t_d >> 8 with t_d = q 3^d mod 256, i.e. [t_d >= 86] + [t_d >= 171]. In
@@ -1046,7 +1114,7 @@ static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const
 }
 
 const bn_kernels bn_kernels_avx2 = {
-    .name = "avx2", .ternary_matmul = ternary_walk, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
+    .name = "avx2", .ternary_matmul = ternary_tiles, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
     .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
     .dot = dot, .axpy = axpy, .sumsq = sumsq, .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply,
     .relu2_mul = relu2_mul, .add = add, .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
