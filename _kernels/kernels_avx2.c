@@ -169,7 +169,8 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
 #pragma GCC unroll 4
         for (int b = 0; b < TILE_TOKENS; b++) s0[b] = s1[b] = _mm256_setzero_si256();
         for (int g = g0; g < g1; g++) {
-            _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1);
             const int8_t *xg = x + g * 16;
 #pragma GCC unroll 4
             for (int f = 0; f < 4; f++) {
