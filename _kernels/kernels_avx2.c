@@ -161,6 +161,9 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
                                                                      int ldy) {
     const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
     __m256i acc0[TILE_TOKENS], acc1[TILE_TOKENS];
+    const int8_t *xt[TILE_TOKENS]; /* each token's activations */
+#pragma GCC unroll 4
+    for (int b = 0; b < TILE_TOKENS; b++) xt[b] = x + (size_t)(b < BT ? b : 0) * kp;
 #pragma GCC unroll 4
     for (int b = 0; b < TILE_TOKENS; b++) acc0[b] = acc1[b] = _mm256_setzero_si256();
     for (int g0 = 0; g0 < groups; g0 += GROUPS_PER_WIDEN) {
@@ -171,7 +174,6 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
         for (int g = g0; g < g1; g++) {
             _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
             _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1);
-            const int8_t *xg = x + g * 16;
 #pragma GCC unroll 4
             for (int f = 0; f < 4; f++) {
                 __m256i w0 = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
@@ -180,7 +182,7 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
                 w1 = _mm256_and_si256(_mm256_srli_epi16(w1, 2 * f), m3);
 #pragma GCC unroll 4
                 for (int b = 0; b < BT; b++) {
-                    const __m256i xf = _mm256_set1_epi32(load_i32(xg + (size_t)b * kp + 4 * f));
+                    const __m256i xf = _mm256_set1_epi32(load_i32(xt[b] + g * 16 + 4 * f));
                     s0[b] = _mm256_add_epi16(s0[b], _mm256_maddubs_epi16(w0, xf));
                     s1[b] = _mm256_add_epi16(s1[b], _mm256_maddubs_epi16(w1, xf));
                     KEEP_IN_REGISTER(s0[b]);
