@@ -72,6 +72,23 @@ def ste(x: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
     return x + (xq - x).detach()
 
 
+class _ActQuantSTE(torch.autograd.Function):
+    """act_quant forward, identity backward: ste(x, act_quant(x)) in one node that saves nothing for the
+    backward (on a GPU the quantizer's elementwise passes, not the products, bound a step of this small model)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return act_quant(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def act_quant_ste(x: torch.Tensor) -> torch.Tensor:
+    return _ActQuantSTE.apply(x)
+
+
 class BitLinear(nn.Module):
     """y = ActQuant(x) @ WeightQuant(W)^T ; weight (out, in) fp32 latent, no bias."""
 
@@ -87,9 +104,13 @@ class BitLinear(nn.Module):
         self.register_buffer("scale", scale.float().reshape(1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.on_quantized(act_quant_ste(x))
+
+    def on_quantized(self, xq: torch.Tensor) -> torch.Tensor:
+        """The product for an input already through act_quant_ste (projections that share an input share it)."""
         if self.frozen:  # AutoBitLinear offline: F.linear(ActQuant(x), W_tern) * weight_scale
-            return F.linear(act_quant(x), self.tern) * self.scale
-        return F.linear(ste(x, act_quant(x)), ste(self.weight, weight_quant(self.weight)))
+            return F.linear(xq, self.tern) * self.scale
+        return F.linear(xq, ste(self.weight, weight_quant(self.weight)))
 
 
 class RMSNorm(nn.Module):
@@ -104,7 +125,7 @@ class RMSNorm(nn.Module):
 
 def rope_cos_sin(pos: torch.Tensor, head_dim: int, theta: float):
     """pos (T,) int -> cos, sin (T, head_dim); half-split layout: dim j pairs with j + head_dim/2."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=pos.device) / head_dim)
     freqs = pos.float()[:, None] * inv_freq[None, :]  # (T, hd/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # (T, hd)
     return emb.cos(), emb.sin()
@@ -187,9 +208,10 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         c = self.c
         hd, H, KV = c.head_dim, c.num_attention_heads, c.num_key_value_heads
-        q = self.q_proj(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        k = self.k_proj(x).view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
-        v = self.v_proj(x).view(B, T, KV, hd).transpose(1, 2)
+        xq = act_quant_ste(x)  # q, k and v read the same quantized input
+        q = self.q_proj.on_quantized(xq).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj.on_quantized(xq).view(B, T, KV, hd).transpose(1, 2)  # (B, KV, T, hd)
+        v = self.v_proj.on_quantized(xq).view(B, T, KV, hd).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k = k.repeat_interleave(H // KV, dim=1)  # GQA: head h uses KV head h // (H/KV)
         v = v.repeat_interleave(H // KV, dim=1)
@@ -214,7 +236,9 @@ class MLP(nn.Module):
         self.ffn_sub_norm = RMSNorm(c.intermediate_size, c.rms_norm_eps)
 
     def forward(self, x):
-        return self.down_proj(self.ffn_sub_norm(F.relu(self.gate_proj(x)).square() * self.up_proj(x)))
+        xq = act_quant_ste(x)  # gate and up read the same quantized input
+        h = F.relu(self.gate_proj.on_quantized(xq)).square() * self.up_proj.on_quantized(xq)
+        return self.down_proj(self.ffn_sub_norm(h))
 
 
 class Layer(nn.Module):
@@ -255,7 +279,7 @@ class BitNet(nn.Module):
 
     def forward(self, ids, pos=None, layout="causal"):
         if pos is None:
-            pos = torch.arange(ids.shape[1])
+            pos = torch.arange(ids.shape[1], device=ids.device)
         return self.logits(self.hidden(ids, pos, layout))
 
 

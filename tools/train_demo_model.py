@@ -123,7 +123,19 @@ def parse_args(argv=None):
                         "returns, per CPU second")
     p.add_argument("--bf16", action="store_true",
                    help="run the forward and loss under torch.autocast(bfloat16): ~1.3-2x faster on CPUs with "
-                        "AMX-BF16 or AVX512-BF16 (the weights, optimiser and quantizer scales stay float32)")
+                        "AMX-BF16 or AVX512-BF16, and the usual choice on a GPU (the weights, optimiser and "
+                        "quantizer scales stay float32)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU run (one prepared run, assets/README.md)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes that draw the training batches (0: drawn in the training loop, the CPU recipe's "
+                        "reproducible stream; N > 0: N seeded streams, as a GPU needs)")
+    p.add_argument("--time-budget", type=float, default=0.0,
+                   help="seconds of training: after a few timed steps, --steps is set to what fits (printed and "
+                        "recorded), so the cosine decay ends inside a fixed lease of a GPU machine")
+    p.add_argument("--snapshot-dir", default=None,
+                   help="also write the export as SNAPSHOT_DIR/export.tar every --snapshot-every seconds and at the "
+                        "end (a lease can end mid-run; what is there comes back)")
+    p.add_argument("--snapshot-every", type=float, default=90.0)
     return p.parse_args(argv)
 
 
@@ -215,12 +227,12 @@ def losses(model: BitNet, x, target, maskable, ma, mb, stop_weight: float = 1.0,
         xn, wn = x.masked_fill(pad, D.EOT_ID), torch.where(pad, pad_weight, w)
     noisy = [xn.masked_fill(ma | hide, D.MASK), xn.masked_fill(mb | hide, D.MASK)]
     segments = noisy + [x] if causal else noisy + [x, x]  # (n, 3L) or (n, 4L)
-    pos = torch.arange(L).repeat(len(segments))  # every segment has positions 0..L-1
+    pos = torch.arange(L, device=x.device).repeat(len(segments))  # every segment has positions 0..L-1
     h = model.hidden(torch.cat(segments, dim=1), pos, "train_causal" if causal else "train").split(L, dim=1)
     ha, hb, hc = h[:3]  # each (n, L, d)
     hr = h[-1]  # the segment AR reads (under causal attention the same as hc)
     # token shift: hidden at i-1 predicts token i (slot 0 of a block is never masked, so i-1 is in the block)
-    last = torch.arange(B - 1, L - 1, B)  # last slot of each block but the final one
+    last = torch.arange(B - 1, L - 1, B, device=x.device)  # last slot of each block but the final one
     # the next block starts with an assistant token: the commit forward predicts it (causal: that is the AR
     # prediction, already in the AR loss)
     commit = maskable[:, last + 1] & (not causal)
@@ -239,13 +251,13 @@ def next_token_loss(model: BitNet, x, target, maskable, stop_weight: float = 1.0
     """x (n, L) ids -> the AR term of `losses` alone, from one plain causal forward over x (no noisy views)."""
     n, L = x.shape
     w = token_weights(x, maskable, stop_weight, decision)
-    h = model.hidden(x, torch.arange(L), "causal")
+    h = model.hidden(x, torch.arange(L, device=x.device), "causal")
     return weighted_ce(model.logits(h[:, :-1][target[:, 1:]]), x[:, 1:][target[:, 1:]], w[:, 1:][target[:, 1:]])
 
 
 @torch.no_grad()
 def evaluate(model: BitNet, val: list, causal: bool = False) -> tuple[float, float]:
-    """val: fixed batches (x, target, maskable, ma, mb) -> mean (diffusion, AR) CE."""
+    """val: fixed batches (x, target, maskable, ma, mb), on the model's device -> mean (diffusion, AR) CE."""
     model.eval()
     d = a = 0.0
     for b in val:
@@ -321,14 +333,71 @@ def make_cfg(a, vocab: int) -> BitNetCfg:
                      rope_theta=a.rope_theta, max_position_embeddings=a.seq)
 
 
-def val_batches(valw: C.ChatWindows, a, B: int):
+def val_batches(valw: C.ChatWindows, a, B: int, device: torch.device):
     """Fixed held-out batches (held-out skills and plays), masks from a fixed generator."""
     rng, gen = random.Random(a.seed + 1), torch.Generator().manual_seed(a.seed + 1)
     out = []
     for _ in range(a.val_batches):
         x, tgt, msk = valw.batch(rng, a.batch)
-        out.append((x, tgt, msk, *diffusion_masks(msk, B, gen)))
+        out.append(tuple(t.to(device) for t in (x, tgt, msk, *diffusion_masks(msk, B, gen))))
     return out
+
+
+def draw_batch(trw: C.ChatWindows, rng: random.Random, gen: torch.Generator, a, B: int):
+    """One training batch -> (x, target, maskable, ma, mb, after), each (batch, L): the windows, their diffusion
+    masks (drawn on every step, next-token-only ones too, so the mask stream of a resumed run is the recorded
+    one) and the slots after a reply's end inside its block (after_reply)."""
+    x, tgt, msk = trw.batch(rng, a.batch)
+    after = after_reply(msk, B)
+    ma, mb = diffusion_masks(msk | after if a.pad_after_reply else msk, B, gen)
+    return x, tgt, msk, ma, mb, after
+
+
+class BatchStream(torch.utils.data.IterableDataset):
+    """draw_batch in --workers processes (a GPU eats batches faster than one Python process draws them). Worker
+    w of a run started (or resumed) at step s draws from RNGs seeded by (seed, s, w); the DataLoader takes the
+    workers' batches in turn, so a run is reproducible for a given --workers."""
+
+    def __init__(self, trw: C.ChatWindows, a, B: int, start_step: int):
+        super().__init__()
+        self.trw, self.a, self.B, self.start_step = trw, a, B, start_step
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        seed = (self.a.seed * 1_000_003 + self.start_step) * 1009 + (info.id if info else 0)
+        rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+        while True:
+            yield draw_batch(self.trw, rng, gen, self.a, self.B)
+
+
+def batch_source(trw: C.ChatWindows, a, B: int, rng, gen, start_step: int, pin: bool):
+    """-> a function giving the next batch: drawn in this process from (rng, gen), or from --workers processes."""
+    if not a.workers:
+        return lambda: draw_batch(trw, rng, gen, a, B)
+    loader = torch.utils.data.DataLoader(BatchStream(trw, a, B, start_step), batch_size=None,
+                                         num_workers=a.workers, pin_memory=pin, prefetch_factor=4)
+    it = iter(loader)
+    return lambda: next(it)
+
+
+def snapshot(model: BitNet, tok, cfg: BitNetCfg, a, hist, elapsed, step) -> None:
+    """Export a CPU copy of the model to --out, then (with --snapshot-dir) pack --out and its train_metrics.json
+    into SNAPSHOT_DIR/export.tar, replaced whole (a copy taken mid-write is never half a model)."""
+    from tools.export_demo_model import export
+
+    cpu = BitNet(cfg)
+    cpu.load_state_dict({k: v.detach().float().cpu() for k, v in model.state_dict().items()})
+    export(cpu, tok, cfg, a, hist, elapsed, step)
+    if a.snapshot_dir:
+        import shutil
+        import tarfile
+
+        os.makedirs(a.snapshot_dir, exist_ok=True)
+        shutil.copy(os.path.join(a.work, "train_metrics.json"), os.path.join(a.out, "train_metrics.json"))
+        tmp = os.path.join(a.snapshot_dir, "export.tar.tmp")
+        with tarfile.open(tmp, "w") as tf:
+            tf.add(a.out, arcname="export")
+        os.replace(tmp, os.path.join(a.snapshot_dir, "export.tar"))
 
 
 def main(argv=None):
@@ -337,6 +406,8 @@ def main(argv=None):
         raise SystemExit("--pad-after-reply and --hide-after-reply are two answers to one question: give one")
     torch.set_num_threads(a.threads)  # shared machine: never more than asked
     torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
+    torch.backends.cuda.matmul.allow_tf32 = True  # GPU: fp32 products outside autocast (no effect on a CPU)
     tok, trw, valw = prepare(a)
     cfg = make_cfg(a, tok.get_vocab_size())
     model = BitNet(cfg)
@@ -364,6 +435,11 @@ def main(argv=None):
         model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
         print(f"initialised from {a.init_from} (step {s['step']}, {s['elapsed']:.0f} s)", flush=True)
     print(f"config {json.dumps(cfg.to_dict())}\nparams {count_params(model)}", flush=True)
+    model.to(dev)
+    for state in opt.state.values():  # a resumed optimiser's moments follow the model
+        for k, v in state.items():
+            if torch.is_tensor(v) and v.dim():
+                state[k] = v.to(dev)
 
     def checkpoint():
         save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
@@ -372,24 +448,24 @@ def main(argv=None):
 
     decision = None
     if a.decision_weight:
-        ids = lambda texts: torch.tensor([tok.token_to_id(t) for t in texts])  # noqa: E731
+        ids = lambda texts: torch.tensor([tok.token_to_id(t) for t in texts], device=dev)  # noqa: E731
         decision = (a.decision_weight, ids([",", "Ċ"]), ids(list("0123456789")))  # byte-level BPE: Ċ is "\n"
     if not a.export_only:
-        val = val_batches(valw, a, cfg.block_size)
-        t_last_ck, t0 = time.time(), time.time() - elapsed
+        val = val_batches(valw, a, cfg.block_size, dev)
+        next_batch = batch_source(trw, a, cfg.block_size, rng, gen, step, pin=dev.type == "cuda")
+        start, timed = step, None
+        t_last_ck = t_last_snap = t_run = time.time()  # t_run: this process's start (--time-budget counts from it)
+        t0 = t_run - elapsed
         while step < a.steps:
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, a)
-            x, tgt, msk = trw.batch(rng, a.batch)
-            after = after_reply(msk, cfg.block_size)
+            x, tgt, msk, ma, mb, after = (t.to(dev, non_blocking=True) for t in next_batch())
             pad = after if a.pad_after_reply else None
             hide = after if a.hide_after_reply else None
-            # drawn on every step, next-token-only ones too: the mask stream (and a resumed run) stays the recorded one
-            ma, mb = diffusion_masks(msk if pad is None else msk | pad, cfg.block_size, gen)
             next_token_only = a.ar_steps and step % (a.ar_steps + 1)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
                 if next_token_only:
-                    diff, ar = torch.zeros(()), next_token_loss(model, x, tgt, msk, a.stop_weight, decision)
+                    diff, ar = torch.zeros((), device=dev), next_token_loss(model, x, tgt, msk, a.stop_weight, decision)
                 else:
                     diff, ar = losses(model, x, tgt, msk, ma, mb, a.stop_weight, hide, pad, a.pad_weight,
                                       a.consistency_weight, a.attention == "causal", decision)
@@ -399,6 +475,16 @@ def main(argv=None):
             opt.step()
             step += 1
             elapsed = time.time() - t0
+            if a.time_budget and step - start in (30, 60):  # after the warm-up steps: time 30 steps
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                if timed is None:
+                    timed = time.time()
+                else:
+                    per_step = (time.time() - timed) / 30
+                    a.steps = step + max(0, int(0.93 * (a.time_budget - (time.time() - t_run)) / per_step))
+                    print(f"time budget {a.time_budget:.0f} s: {per_step * 1000:.0f} ms a step, --steps set to "
+                          f"{a.steps}", flush=True)
             if step % 10 == 0:
                 print(f"step {step} diff {diff.item():.3f} ar {ar.item():.3f} gn {gn.item():.2f}"
                       f" lr {opt.param_groups[0]['lr']:.2e} {elapsed:.0f}s", flush=True)
@@ -409,10 +495,11 @@ def main(argv=None):
                 print(f"VAL step {step} diffusion {vd:.4f} ar {va:.4f}", flush=True)
             if time.time() - t_last_ck > a.ckpt_every or done:
                 checkpoint(); t_last_ck = time.time()
+            if a.snapshot_dir and time.time() - t_last_snap > a.snapshot_every and not done:
+                snapshot(model, tok, cfg, a, hist, elapsed, step); t_last_snap = time.time()
         print(f"training done: {step} steps in {elapsed:.0f} s", flush=True)
 
-    from tools.export_demo_model import export
-    export(model, tok, cfg, a, hist, elapsed, step)
+    snapshot(model, tok, cfg, a, hist, elapsed, step)
 
 
 if __name__ == "__main__":
