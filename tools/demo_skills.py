@@ -188,7 +188,7 @@ class CountBy(Family):
     STEP = ["by {s}s", "by {s}", "in steps of {s}", "in {s}s", "going up by {s}", "adding {s} each time",
             "in jumps of {s}", "in increments of {s}"]
     CORES = CORES + _compose(["Count ", "Skip count ", "List the numbers ", "Write the numbers ", "Help me count ",
-                              "Let's count "], STEP, [" from {a} to {b}", " {a} to {b}", " from {a} up to {b}",
+                              "Let's count "], STEP, [" from {a} to {b}", " from {a} up to {b}",
                                                      ", starting at {a} and ending at {b}"]) + _compose(
         ["Count from {a} to {b} ", "Go from {a} to {b} ", "Count {a} through {b} ", "Count from {a} until {b} "],
         STEP) + _compose(["Write ", "List ", "Give me ", "Say "], ["every {nth} number from {a} to {b}",
@@ -223,11 +223,12 @@ class TimesTable(Family):
              "The {n} times table, 1 to {m}", "List the multiples of {n} from {n} x 1 to {n} x {m}",
              "Write out the {n} times table to {m}", "Times table for {n} up to {m}",
              "Show me {n} x 1 to {n} x {m}", "Multiply {n} by 1 to {m}", "Do the {n} times table up to {m}"]
-    CORES = CORES + _compose(["Write ", "Show ", "Give me ", "Recite ", "Print ", "Say ", "List ", "Do ", "Tell me ",
-                              "Go through ", "Write out "],
-                             ["the {n} times table", "the {n}x table", "the multiplication table for {n}",
-                              "the multiplication table of {n}", "the table of {n}"],
+    VERBS = ["Write ", "Show ", "Give me ", "Recite ", "Print ", "Say ", "List ", "Do ", "Tell me ", "Go through ",
+             "Write out "]
+    CORES = CORES + _compose(VERBS, ["the {n} times table", "the {n}x table"],
                              [" up to {m}", " to {m}", " through {m}", " up to {n} x {m}", " from 1 to {m}"]) + _compose(
+        VERBS, ["the multiplication table for {n}", "the multiplication table of {n}", "the table of {n}"],
+        [" up to {m}", " up to {n} x {m}", " from 1 to {m}", ", {m} rows", " with {m} lines"]) + _compose(
         ["Write ", "Show me ", "Give me ", "List "], ["the first {m} rows of the {n} times table",
                                                     "{m} lines of the {n} times table",
                                                     "the first {m} multiples of {n}", "{m} rows of the {n}x table"]) + [
