@@ -46,3 +46,20 @@ def test_hand_written_prompts_have_checked_answers_and_are_kept_out_of_training(
 def test_questions_outside_the_skills_have_no_answer():
     for q in ("What is the capital of France?", "Write a poem about the sea.", "Continue this scene:\nROMEO."):
         assert expected(q) is None, q
+
+
+def test_the_oracle_reads_counts_in_words_and_single_quoted_phrases():
+    """The generator writes some counts as words (two..twelve, twice, thrice) and some phrases in single quotes."""
+    assert expected("Name seven days starting on Friday.") == ("days_months", S.FAMILIES["days_months"].answer(
+        ("days", 4, 7, False)))
+    assert expected("List twelve months from March") == ("days_months", S.FAMILIES["days_months"].answer(
+        ("months", 2, 12, False)))
+    assert expected("Thrice, write 'the red cat'") == ("repeat", "the red cat, the red cat, the red cat")
+    assert expected("I'd like you to say 'hello' five times") == ("repeat", ", ".join(["hello"] * 5))
+    assert expected("Show the 7x table up to 3") == ("times_table", "7 x 1 = 7\n7 x 2 = 14\n7 x 3 = 21")
+
+
+def test_the_generator_writes_counts_in_words_sometimes():
+    rng = random.Random(5)
+    qs = [S.make_item(rng, f)[0].lower() for f in ("repeat", "days_months") for _ in range(400)]
+    assert any(w in q for q in qs for w in (" twice", " thrice", " five ", " seven ", " twelve "))

@@ -22,9 +22,16 @@ def _numbers(text: str) -> list[int]:
     return [int(x) for x in re.findall(r"\d+", text)]
 
 
+def _counts(text: str) -> list[int]:
+    """The numbers of a lower-case text, in digits or words: 'seven days from monday' -> [7]."""
+    words = "|".join(w for w in _WORD_NUMBERS if not w.endswith("ice"))
+    return [int(x) if x.isdigit() else _WORD_NUMBERS[x] for x in re.findall(rf"\d+|\b(?:{words})\b", text)]
+
+
 def _times_table(t: str):
     """'the 7 times table up to 12', 'the first 10 lines of the 2 times table' -> (7, 12), (2, 10); no end: 10."""
-    m = re.search(r"(\d+) times table|table (?:of|for) (\d+)|multiples of (\d+)|multiply (\d+)|(\d+) x 1\b", t)
+    m = re.search(r"(\d+) times table|table (?:of|for) (\d+)|multiples of (\d+)|multiply (\d+)|(\d+) x 1\b"
+                  r"|(\d+) ?x table", t)
     if m is None:
         return None
     n = int(next(g for g in m.groups() if g))
@@ -58,11 +65,11 @@ def _days_months(prompt: str, t: str):
         found = [(t.find(n.lower()), i) for i, n in enumerate(names) if n.lower() in t]
         if found:
             i = min(found)[1]
-            nums = _numbers(t)
+            nums = _counts(t)
             return "days_months", (kind, i, nums[0] if nums else len(names), not nums)
     for kind, names in (("days", DAYS), ("months", MONTHS)):
         if re.search(rf"\b{kind}\b|\b{kind[:-1]}s? of the", t):
-            nums = _numbers(t)
+            nums = _counts(t)
             return "days_months", (kind, 0, nums[0] if nums else len(names), not nums)
     return None
 
@@ -79,7 +86,7 @@ def _repeat(prompt: str, t: str):
                 break
     if n is None:
         return None
-    q = re.search(r'"([^"]+)"', prompt)
+    q = re.search(r'"([^"]+)"', prompt) or re.search(r"(?<!\w)'([^']+)'(?!\w)", prompt)  # not "I'd"
     if q:
         return "repeat", (q.group(1), n)
     m = re.search(r"\b(?:repeat|say|write|type|print|echo)\s+(?:the (?:phrase|word|words)\s+)?(.+?)\s+"
@@ -92,7 +99,7 @@ def _repeat(prompt: str, t: str):
 def parse(prompt: str):
     """prompt -> (family, params) in tools/demo_skills.py's terms, or None when it asks no skill of the demo."""
     t = prompt.lower()
-    if re.search(r"times table|multiplication|multiples? of|\bmultiply\b|\bx \d+ to\b", t):
+    if re.search(r"times table|multiplication|multiples? of|\bmultiply\b|\bx \d+ to\b|\d ?x table|\btable (?:of|for) \d", t):
         return _times_table(t)
     if re.search(r"\bletters?\b|alphabet|\babcs?\b", t):
         return "alphabet", _letters(prompt)

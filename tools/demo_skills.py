@@ -38,8 +38,30 @@ STEPS = (2, 3, 4, 5, 10, 20, 25, 50, 100)
 HELD_STEP_HUNDREDS = {(2, 4), (3, 6), (5, 2), (10, 8), (4, 1), (25, 5)}  # (step, hundreds digit of the start)
 
 OPENINGS = ["", "", "", "", "Please ", "Can you ", "Could you ", "Would you ", "Now ", "OK, ", "Hi! ", "Hey, ",
-            "I'd like you to ", "I want you to ", "Go ahead and ", "Quick: ", "Try to ", "Kindly "]
-CLOSINGS = ["", "", ".", ".", ".", "!", " please.", ", please.", " please", " for me.", ", thanks.", " now."]
+            "I'd like you to ", "I want you to ", "Go ahead and ", "Quick: ", "Try to ", "Kindly ", "Task: ",
+            "Exercise: ", "Quick one: ", "Hello! ", "Hi there, ", "Okay so ", "Alright, ", "Next, ", "Pls ",
+            "Will you ", "Could you please ", "Hey there! Can you "]
+CLOSINGS = ["", "", ".", ".", ".", "!", " please.", ", please.", " please", " for me.", ", thanks.", " now.",
+            ", thank you!", " thanks", " :)", ", if you can.", " for me please.", ", cheers."]
+# a core that starts with "^" (a noun phrase: "Numbers 3 to 7"), "Help me", "Let's" or "I need", or ends with
+# "?" (a question), stands alone: it takes only the openings that fit before any sentence, and a question keeps its question mark
+STANDALONE_OPENINGS = ["", "", "", "Hi! ", "Hey, ", "OK, ", "Task: ", "Quick one: ", "Hello! ", "So, "]
+QUESTION_CLOSINGS = ["?", "?", "?", "", "? Thanks.", ", please?", "? :)"]
+NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten",
+                11: "eleven", 12: "twelve"}
+
+
+def _compose(*parts: list[str]) -> list[str]:
+    """Every combination of one string from each list, joined: a verb list x a range list -> core phrasings."""
+    out = [""]
+    for options in parts:
+        out = [head + option for head in out for option in options]
+    return out
+
+
+def _count_text(rng: random.Random, n: int) -> str:
+    """A count as a presenter types it: digits mostly, a number word (two..twelve) a quarter of the time."""
+    return NUMBER_WORDS[n] if n in NUMBER_WORDS and rng.random() < 0.25 else str(n)
 
 
 def _number(rng: random.Random, low: int, high: int) -> int:
@@ -57,9 +79,14 @@ def _phrase(rng: random.Random, cores: list[str], **values) -> str:
     """An opening + a core phrasing + a closing, in sentence case (mostly), lower case or capitals. The case
     changes only the words around the values: a letter, a phrase or a name keeps its case (it says what the
     reply writes)."""
-    opening, core, closing = rng.choice(OPENINGS), rng.choice(cores), rng.choice(CLOSINGS)
+    core = rng.choice(cores)
+    question = core.endswith("?")
+    standalone = question or core.startswith(("^", "Help me", "Let's", "I need"))
+    core = core.strip("^?")
+    opening = rng.choice(STANDALONE_OPENINGS if standalone else OPENINGS)
+    closing = rng.choice(QUESTION_CLOSINGS if question else CLOSINGS)
     text = opening + (core[0].lower() + core[1:] if opening and not core.startswith("{") else core) + closing
-    if opening in ("Can you ", "Could you ", "Would you ") and text[-1] in ".!":
+    if opening.endswith(("Can you ", "Could you ", "Would you ", "Will you ", "you please ")) and text[-1] in ".!":
         text = text[:-1] + "?"
     r = rng.random()
     case = str.lower if r < 0.2 else str.upper if r < 0.23 else None
@@ -92,6 +119,20 @@ class CountUp(Family):
              "Start at {a} and count to {b}", "Begin at {a} and count up to {b}", "Count up to {b} starting at {a}",
              "Count to {b} from {a}", "Say the numbers from {a} to {b}", "Type the numbers {a} to {b}",
              "Count {a}-{b}", "Write all numbers between {a} and {b}", "Count starting from {a} and stop at {b}"]
+    RANGES = ["from {a} to {b}", "{a} to {b}", "{a} through {b}", "{a}-{b}", "from {a} until {b}",
+              "between {a} and {b}, both included", "starting at {a} and ending at {b}",
+              "beginning with {a}, finishing at {b}", "from {a} up to {b}", "from {a} to {b} inclusive"]
+    CORES = CORES + _compose(["List the numbers ", "Write the numbers ", "Give me the numbers ", "Show me the numbers ",
+                              "Print the numbers ", "Say the numbers ", "Tell me the numbers ", "Name the numbers ",
+                              "Recite the numbers ", "Go through the numbers ", "Run through the numbers ",
+                              "Write out every number ", "Count ", "Count up ", "Count forwards ",
+                              "Help me count ", "Let's count "], RANGES) + _compose(
+        ["What are the numbers ", "What numbers come ", "Which numbers are there "], ["from {a} to {b}?", "{a} to {b}?",
+                                                                                     "between {a} and {b}?"]) + [
+        "^Numbers {a} to {b}", "^Numbers {a}-{b}", "^A count from {a} to {b}", "^The numbers from {a} to {b}, in order",
+        "^Counting from {a} to {b}", "I need the numbers from {a} to {b}", "I need a count from {a} to {b}",
+        "^From {a} to {b}, every number", "Starting at {a}, count up to and including {b}",
+        "Count up from {a}, stopping at {b}", "Just count {a} to {b}", "Count from {a} to {b}, one number at a time"]
 
     def draw(self, rng):
         a = _number(rng, 0, 990)
@@ -112,6 +153,20 @@ class CountDown(Family):
              "Give me a countdown from {b} to {a}", "Start at {b} and count down to {a}",
              "Count backwards from {b} until {a}", "Say the numbers from {b} down to {a}",
              "Write the numbers {b} to {a} in reverse order", "Count down from {b} all the way to {a}"]
+    CORES = CORES + _compose(["Count down ", "Count backwards ", "Count backward ", "Count down slowly ",
+                              "Go backwards ", "Do a countdown ", "Help me count down ", "Let's count down ",
+                              "List the numbers in reverse ", "Write the numbers backwards ",
+                              "Say the numbers in descending order ", "Give me a countdown "],
+                             ["from {b} to {a}", "{b} to {a}", "from {b} until {a}", "{b}-{a}",
+                              "starting at {b} and ending at {a}", "from {b} down to {a}"]) + _compose(
+        ["List ", "Write ", "Print ", "Say ", "Show me ", "Give me ", "Recite "],
+        ["the numbers from {a} to {b} in reverse order", "the numbers {a} to {b} backwards",
+         "the numbers from {a} to {b} in descending order", "the numbers between {a} and {b}, counting down",
+         "{b} down to {a}"]) + [
+        "^A countdown from {b} to {a}", "^Countdown: {b} to {a}", "^Backwards from {b} to {a}",
+        "^Numbers from {b} down to {a}", "What is the countdown from {b} to {a}?", "I need a countdown from {b} to {a}",
+        "In reverse, list the numbers from {a} to {b}", "Count from {a} to {b}, but backwards",
+        "Count down to {a}, starting at {b}", "Start at {b} and go down to {a}", "Reverse count from {b} to {a}"]
 
     def draw(self, rng):
         b = _number(rng, 1, 999)
@@ -130,6 +185,17 @@ class CountBy(Family):
              "Count up by {s} from {a} to {b}", "List the numbers from {a} to {b} going up by {s}",
              "Start at {a} and add {s} each time until {b}", "Count from {a} to {b}, adding {s} each time",
              "Skip-count by {s}s from {a} to {b}", "Write every {nth} number from {a} to {b}"]
+    STEP = ["by {s}s", "by {s}", "in steps of {s}", "in {s}s", "going up by {s}", "adding {s} each time",
+            "in jumps of {s}", "in increments of {s}"]
+    CORES = CORES + _compose(["Count ", "Skip count ", "List the numbers ", "Write the numbers ", "Help me count ",
+                              "Let's count "], STEP, [" from {a} to {b}", " from {a} up to {b}",
+                                                     ", starting at {a} and ending at {b}"]) + _compose(
+        ["Count from {a} to {b} ", "Go from {a} to {b} ", "Count {a} through {b} ", "Count from {a} until {b} "],
+        STEP) + _compose(["Write ", "List ", "Give me ", "Say "], ["every {nth} number from {a} to {b}",
+                                                                  "every {nth} number between {a} and {b}"]) + [
+        "Start at {a} and count by {s}s to {b}", "Starting at {a}, go up by {s} until {b}",
+        "^Numbers from {a} to {b} in steps of {s}", "^Skip counting by {s}s: {a} to {b}",
+        "What are the numbers from {a} to {b} counting by {s}s?", "Skip count from {a} to {b} by {s}s"]
 
     def draw(self, rng):
         s = rng.choice(STEPS)
@@ -157,6 +223,19 @@ class TimesTable(Family):
              "The {n} times table, 1 to {m}", "List the multiples of {n} from {n} x 1 to {n} x {m}",
              "Write out the {n} times table to {m}", "Times table for {n} up to {m}",
              "Show me {n} x 1 to {n} x {m}", "Multiply {n} by 1 to {m}", "Do the {n} times table up to {m}"]
+    VERBS = ["Write ", "Show ", "Give me ", "Recite ", "Print ", "Say ", "List ", "Do ", "Tell me ", "Go through ",
+             "Write out "]
+    CORES = CORES + _compose(VERBS, ["the {n} times table", "the {n}x table"],
+                             [" up to {m}", " to {m}", " through {m}", " up to {n} x {m}", " from 1 to {m}"]) + _compose(
+        VERBS, ["the multiplication table for {n}", "the multiplication table of {n}", "the table of {n}"],
+        [" up to {m}", " up to {n} x {m}", " from 1 to {m}", ", {m} rows", " with {m} lines"]) + _compose(
+        ["Write ", "Show me ", "Give me ", "List "], ["the first {m} rows of the {n} times table",
+                                                    "{m} lines of the {n} times table",
+                                                    "the first {m} multiples of {n}", "{m} rows of the {n}x table"]) + [
+        "What's the {n} times table up to {m}?",
+        "^The {n}x table, 1 to {m}", "^Multiplication table for {n}, up to {m}", "^{n} times table to {m}",
+        "I need the {n} times table up to {m}", "Help me learn the {n} times table up to {m}",
+        "Let's do the {n} times table through {m}"]
 
     def draw(self, rng):
         return rng.randint(1, 20), rng.choice([5, 10, 10, 12, 12, rng.randint(2, 20)])
@@ -173,8 +252,23 @@ class Alphabet(Family):
              "Letters from {a} to {b}", "Give me the letters {a} through {b}", "Write the alphabet from {a} to {b}",
              "List the letters between {a} and {b}", "Go through the alphabet from {a} to {b}",
              "Recite the alphabet from {a} to {b}", "Show the letters {a} to {b}"]
+    CORES = CORES + _compose(["Write ", "List ", "Say ", "Give me ", "Show me ", "Print ", "Recite ", "Tell me ",
+                              "Name ", "Go through ", "Run through ", "Type "],
+                             ["the letters ", "the alphabet ", "the letters of the alphabet ", "all the letters "],
+                             ["from {a} to {b}", "{a} to {b}", "{a} through {b}", "{a}-{b}", "between {a} and {b}",
+                              "from {a} until {b}"], ["{case}"]) + [
+        "^Letters {a}-{b}{case}", "^The alphabet from {a} to {b}{case}", "^The ABC from {a} to {b}{case}",
+        "What are the letters from {a} to {b}{case}?", "Which letters come between {a} and {b}, inclusive?",
+        "Help me say the alphabet from {a} to {b}{case}", "Let's go through the letters {a} to {b}{case}",
+        "I need the letters {a} through {b}{case}", "Write the alphabet, {a} to {b}{case}"]
     WHOLE = ["Write the alphabet", "Say the alphabet", "List all the letters of the alphabet", "Recite the alphabet",
              "Give me the whole alphabet", "What are the letters of the alphabet"]
+    WHOLE = WHOLE + ["Say your ABCs", "Recite the ABC", "List every letter of the alphabet", "Write out the alphabet",
+                     "Go through the whole alphabet", "Print the alphabet", "Type the full alphabet",
+                     "Give me all 26 letters", "Tell me the alphabet", "Write down the ABC", "Sing the alphabet",
+                     "^The whole alphabet", "What is the alphabet?", "Help me learn the alphabet", "Let's do the ABCs"]
+    LOWER = [" in lower case", " in lowercase", " in small letters", ", lowercase", " using lowercase letters"]
+    UPPER = ["", "", "", "", " in capitals", " in uppercase", " in capital letters", ", uppercase"]
 
     def draw(self, rng):
         i = rng.randrange(0, 25)
@@ -189,10 +283,12 @@ class Alphabet(Family):
 
     def ask(self, rng, p):
         i, j, lower = p
+        case = rng.choice(self.LOWER if lower else self.UPPER)
         if i == 0 and j == 25:  # the whole alphabet: capitals unless asked for lower case
-            return _phrase(rng, [c + ("{lc}" if lower else "") for c in self.WHOLE], lc=" in lower case")
-        a, b = LETTERS[i], LETTERS[j]
-        return _phrase(rng, self.CORES, a=a.lower() if lower else a, b=b.lower() if lower else b)
+            return _phrase(rng, [c.rstrip("?") + "{case}" + c[len(c.rstrip("?")):] for c in self.WHOLE], case=case)
+        a, b = LETTERS[i], LETTERS[j]  # a range: the letters' own case says the reply's, a "{case}" only repeats it
+        return _phrase(rng, self.CORES, a=a.lower() if lower else a, b=b.lower() if lower else b,
+                       case=case if rng.random() < 0.3 else "")
 
 
 class DaysMonths(Family):
@@ -202,10 +298,28 @@ class DaysMonths(Family):
              "Write {n} {kind} in order, beginning with {x}", "Starting from {x}, list {n} {kind}",
              "Give me {n} {kind} starting on {x}", "Say {n} {kind} in a row, from {x}",
              "Name {n} {kind} in order from {x}", "List {n} {kind} beginning at {x}"]
+    CORES = CORES + _compose(["List ", "Name ", "Write ", "Give me ", "Say ", "Tell me ", "Show me ", "Print ",
+                              "Write out ", "Go through ", "Help me list ", "Let's name "],
+                             ["{n} {kind} starting from {x}", "{n} {kind} starting with {x}",
+                              "{n} {kind} starting on {x}", "{n} {kind} in a row, from {x}",
+                              "{n} consecutive {kind} from {x}", "{n} {kind} in order, beginning with {x}",
+                              "the next {n} {kind}, starting with {x}", "{n} {kind} beginning at {x}"]) + [
+        "Starting with {x}, name {n} {kind} in a row", "From {x}, list {n} consecutive {kind}",
+        "Beginning on {x}, write {n} {kind}", "^{n} {kind} in a row, starting with {x}",
+        "^{n} consecutive {kind} from {x}", "What are {n} {kind} in a row starting from {x}?",
+        "I need {n} {kind} starting on {x}", "Count {n} {kind} forward from {x}"]
     WHOLE = {"days": ["List the days of the week", "Name the days of the week", "What are the days of the week",
                       "Say the days of the week in order"],
              "months": ["List the months of the year", "Name the months of the year",
                         "What are the months of the year", "Say the months in order"]}
+    WHOLE = {"days": WHOLE["days"] + ["Name all the days of the week", "Go through the days of the week",
+                                      "Tell me the days of the week", "^The days of the week, in order",
+                                      "Recite the days of the week", "Write out the days of the week",
+                                      "Which days are in a week?", "List every day of the week"],
+             "months": WHOLE["months"] + ["Name all the months of the year", "Go through the months of the year",
+                                          "Tell me the months of the year", "^The months of the year, in order",
+                                          "Recite the months of the year", "Write out all the months",
+                                          "Which months are in a year?", "List every month of the year"]}
 
     def draw(self, rng):
         kind = rng.choice(["days", "months"])
@@ -228,7 +342,7 @@ class DaysMonths(Family):
         if whole:
             return _phrase(rng, self.WHOLE[kind])
         names = DAYS if kind == "days" else MONTHS
-        return _phrase(rng, self.CORES, n=n, kind=kind, x=names[i])
+        return _phrase(rng, self.CORES, n=_count_text(rng, n), kind=kind, x=names[i])
 
 
 class Repeat(Family):
@@ -238,6 +352,15 @@ class Repeat(Family):
              "Repeat the phrase \"{p}\" {n} times", "Type \"{p}\" {n} times", "Say {p} {n} times",
              "Repeat {p} {n} times", "Write the words \"{p}\" {n} times", "Print \"{p}\" {n} times",
              "{n} times, say \"{p}\"", "Echo \"{p}\" {n} times"]
+    # {c}: "3 times", "three times", "twice" or "thrice"; an unquoted {p} only after a verb the oracle reads
+    CORES = CORES + _compose(["Repeat ", "Say ", "Write ", "Type ", "Print ", "Echo ", "Copy ", "Give me ",
+                              "Write out ", "Repeat the phrase ", "Say the words ", "Type out "],
+                             ["\"{p}\" {c}", "'{p}' {c}"]) + _compose(
+        ["Repeat ", "Say ", "Write ", "Type ", "Print ", "Echo "], ["{p} {c}", "{p} {c} in a row"]) + [
+        "{c}, say \"{p}\"", "{c}, write '{p}'", "Repeat after me {c}: \"{p}\"", "Say \"{p}\", {c}",
+        "Can you repeat '{p}' {c}?", "^I want \"{p}\" written {c}", "Help me say \"{p}\" {c}",
+        "Let's repeat \"{p}\" {c}", "^\"{p}\", {c}", "Repeat \"{p}\" {c}, separated by commas",
+        "Echo '{p}' back {c}", "^Please say \"{p}\" {c} in a row"]
 
     def draw(self, rng):
         n = rng.randint(2, 12)
@@ -253,7 +376,10 @@ class Repeat(Family):
 
     def answer(self, p): return _join([p[0]] * p[1])
 
-    def ask(self, rng, p): return _phrase(rng, self.CORES, p=p[0], n=p[1])
+    def ask(self, rng, p):
+        n = _count_text(rng, p[1])
+        c = {2: "twice", 3: "thrice"}[p[1]] if p[1] in (2, 3) and rng.random() < 0.3 else n + " times"
+        return _phrase(rng, self.CORES, p=p[0], n=n, c=c)
 
 
 FAMILIES: dict[str, Family] = {"count_up": CountUp(), "count_down": CountDown(), "count_by": CountBy(),
