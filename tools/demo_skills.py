@@ -34,7 +34,7 @@ NOUNS = "cat dog bird fish horse moon star tree boat house king song rose wind".
 # single words a presenter might ask to repeat (all trained; only adjective-noun pairs are held out)
 WORDS = ("hello yes no thank you goodbye please sorry good morning night apple banana water coffee music "
          "happy birthday ok again stop go bitnet").split()
-STEPS = (2, 3, 4, 5, 10, 20, 25, 50, 100)
+STEPS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 25, 50, 100)  # 6-9: adding them is what a table beyond 12 needs
 HELD_STEP_HUNDREDS = {(2, 4), (3, 6), (5, 2), (10, 8), (4, 1), (25, 5)}  # (step, hundreds digit of the start)
 
 OPENINGS = ["", "", "", "", "Please ", "Can you ", "Could you ", "Would you ", "Now ", "OK, ", "Hi! ", "Hey, ",
@@ -363,8 +363,10 @@ class Repeat(Family):
         "Echo '{p}' back {c}", "^Please say \"{p}\" {c} in a row"]
 
     def draw(self, rng):
-        n = rng.randint(2, 12)
-        if rng.random() < 0.35:
+        n, r = rng.randint(2, 12), rng.random()
+        if r < 0.1:  # a capital letter: copying any letter from the question to the reply's start
+            return rng.choice(LETTERS), n
+        if r < 0.4:
             return rng.choice(WORDS), n
         return f"the {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}", n
 

@@ -40,6 +40,7 @@ from tools.demo_oracle import expected
 
 PROMPTS_SEED, PER_FAMILY = 20261123, 6
 TRAINED_SEED = 20261127  # fresh prompts of the trained regions (training draws from --seed 1234's stream)
+HELD_SEED = 20261128  # fresh prompts of the held-out regions (beyond the prompt file's 42)
 DIFFUSION = dict(mode="diffusion", block_size=32, sub_block_size=8)  # threshold: the app's, for the fill rule
 OPEN_ASK = "Continue this scene:\n{x}"
 
@@ -129,14 +130,18 @@ def skill_items(prompts: list[str]) -> list[dict]:
     return out
 
 
-def prompt_sets(prompt_file: str, trained_per_family: int) -> dict[str, list[dict]]:
-    """The three skill sets: trained (fresh seed), held-out (the prompt file), hand-written."""
+def prompt_sets(prompt_file: str, trained_per_family: int, held_per_family: int = 0) -> dict[str, list[dict]]:
+    """The skill sets: trained (fresh seed), held-out (the prompt file), hand-written; with held_per_family,
+    also held_out_fresh: that many fresh prompts per family of the held-out regions (a fresh seed)."""
     with open(prompt_file, encoding="utf-8") as f:
         held = json.load(f)["skills"]
     with open(S.HANDWRITTEN, encoding="utf-8") as f:
         hand = json.load(f)
-    return {"trained": S.held_out_prompts(TRAINED_SEED, trained_per_family, held_out=False),
+    sets = {"trained": S.held_out_prompts(TRAINED_SEED, trained_per_family, held_out=False),
             "held_out": skill_items(held), "handwritten": hand}
+    if held_per_family:
+        sets["held_out_fresh"] = S.held_out_prompts(HELD_SEED, held_per_family, held_out=True)
+    return sets
 
 
 def eval_skills(model, items: list[dict], max_new: int) -> dict:
@@ -281,6 +286,8 @@ def main():
     p.add_argument("--passages", type=int, default=40)
     p.add_argument("--limit", type=int, default=0, help="evaluate only the first N prompts of each set (quick look)")
     p.add_argument("--trained", type=int, default=30, help="fresh prompts of the trained regions per family")
+    p.add_argument("--held-out", type=int, default=30,
+                   help="fresh prompts of the held-out regions per family (0: only the prompt file's 42)")
     p.add_argument("--skills-only", action="store_true", help="only the three skill sets (a quick look mid-training)")
     p.add_argument("--out", help="write every figure and reply as JSON here")
     p.add_argument("--write-prompts", help="write the held-out prompt file here and stop")
@@ -299,7 +306,7 @@ def main():
         for r in found:
             print(f"{'right' if r['right'] else 'wrong'}  {r['prompt']}  AR {r['ar'][:60]!r}", flush=True)
         return
-    sets = prompt_sets(a.prompts, a.trained)
+    sets = prompt_sets(a.prompts, a.trained, a.held_out)
     skills = prompts["skills"][:a.limit] if a.limit else prompts["skills"]
     t0 = time.time()
     model = bitnet_app.load_model(a.model, threads=a.threads)
