@@ -40,7 +40,8 @@ PACKINGS = (PACKING_2BIT, PACKING_16BIT)  # the ternary layouts an engine file m
 TRIT5_MAX_KP = 32752                      # the widest padded K of a 1.6-bit matrix (_kernels/kernels.h BN_TRIT5_MAX_KP)
 # A model of at most this many ternary weights (16 MiB of 2-bit tiles) decodes from the CPU's caches, not from
 # memory: fewer bytes per weight gain it nothing, and unpacking five weights a byte costs. So it takes 2-bit tiles
-# (the 3.2 M demo model on Zen 4: AR 59-62 against 69-70 us a token, a diffusion step 226-270 against 325-414 us).
+# (the 3.2 M demo model of phases 1-5 on Zen 4: AR 59-62 against 69-70 us a token, a diffusion step 226-270 against
+# 325-414 us).
 CACHED_MODEL_WEIGHTS = 64 * 2**20
 _POW3 = 3 ** np.arange(TRITS)            # 1, 3, 9, 27, 81
 
