@@ -81,13 +81,23 @@ class ExactRule:
         masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
         not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
         n = min(len(rows), len(block) - settled)  # rows past the block's last slot predict the next block
+        # floor(i): AR's id for slot settled + i; verdict(i, s, x): (whether draft x at slot s stands, the id there)
         if self.sampler.greedy and context is None:  # AR's choice of every row at once (ids only: no confidence)
             ar = self.sampler.greedy_ids(rows[:n]).tolist()
-            floor, verdict = ar.__getitem__, lambda i, s, x: (ar[i] == x, ar[i])
+
+            def floor(i):
+                return ar[i]
+
+            def verdict(i, s, x):
+                return ar[i] == x, ar[i]
         else:  # row by row, each with the penalty context of its slot
             contexts = self._contexts(block, settled, n, context)
-            floor = lambda i: int(self.sampler(rows[i], contexts[i])[0])  # noqa: E731
-            verdict = lambda i, s, x: self._check(s, x, rows[i], contexts[i], lambda: floor(i))  # noqa: E731
+
+            def floor(i):
+                return int(self.sampler(rows[i], contexts[i])[0])
+
+            def verdict(i, s, x):
+                return self._check(s, x, rows[i], contexts[i], lambda: floor(i))
         for i in range(n):
             s = settled + i
             x = block[s]
