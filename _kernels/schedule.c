@@ -189,18 +189,16 @@ static inline int range_start(int n_items, int r, int n) { return (int)((long lo
  * a prefill or a block commit for one row. So, when the logit rows are strictly increasing and fewer than the
  * batch, those stages run on the logit rows alone (compacted: their token t is batch token rows[t]). Each token's
  * sums are the same whatever else is in the batch, so the logits are bit for bit those of the whole batch. */
-/* Trimming must drop at least 1 / TRIM_MIN_DROPPED of the rows of a batch that fold_causal can fuse (see below). */
-#define TRIM_MIN_DROPPED 4
-
 static int trims_last_layer(const bn_engine *e) {
-    if (e->fa.n_rows >= e->fa.T) return 0;
-    for (int r = 1; r < e->fa.n_rows; r++)
+    const int T = e->fa.T, R = e->fa.n_rows;
+    if (R >= T) return 0;
+    for (int r = 1; r < R; r++)
         if (e->fa.rows[r] <= e->fa.rows[r - 1]) return 0;
-    /* A batch that runs as one fused chain (fold_causal) and would drop only a few rows (a causal denoising step:
-     * 8 logit rows of 9) is not trimmed: the chain then runs through the whole last layer, and the threads meet
-     * once before the head instead of at the last layer's attention, at its tail and before the head (each meeting
-     * waits for the slower run); the rows it would drop cost less than that. */
-    if (folds_causal(e, e->fa.T) && (e->fa.T - e->fa.n_rows) * TRIM_MIN_DROPPED < e->fa.T) return 0;
+    /* A batch that runs as one fused chain (fold_causal) is not trimmed when that would not shorten its longest run
+     * (7 logit rows of 8 tokens on 2 threads: runs of 4 either way): the chain then runs through the whole last
+     * layer, and the threads meet once before the head instead of at the last layer's attention, its tail and the
+     * head. (9 tokens: runs of 5 + 4, trimmed to 4 + 4: trimmed.) Same logits either way. */
+    if (folds_causal(e, T) && token_split(e, R) && token_run(e, R) >= token_run(e, T)) return 0;
     return 1;
 }
 

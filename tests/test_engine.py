@@ -255,9 +255,9 @@ def test_asking_for_fewer_logit_rows_changes_none_of_them(tiny_hd16, isa, thread
         assert np.array_equal(a, b), rows
     a, b = both(ids[29:41], 29, [1, 2, 5], attention="block", block_size=16, kv_end=45)  # DualCache's sub-block
     assert np.array_equal(a, b)
-    for rows in (range(1, 9), [0, 2, 3, 4, 5, 6, 7, 8], [2, 7]):  # causal steps of 9 rows: too few dropped to trim
-        a, b = both(ids[36:45], 36, rows)                          # (schedule.c TRIM_MIN_DROPPED), or trimmed
-        assert np.array_equal(a, b), rows
+    for n, rows in ((9, range(1, 9)), (8, range(1, 8)), (8, [0, 2, 3, 4, 5, 6, 7]), (9, [2, 7])):  # causal steps:
+        a, b = both(ids[36:36 + n], 36, rows)  # trimmed, or not where that would not shorten a thread's run of rows
+        assert np.array_equal(a, b), (n, rows)
 
 
 @pytest.mark.parametrize("block", [4, 8])
