@@ -163,14 +163,9 @@ static void fold_chains(bn_engine *e, int from, int to, int T) {
  * (kv_layers), and nothing waits for a later run. So no thread waits at a barrier twice per layer; the first run
  * never waits. A run's tokens go through the same stages with the same kernels as in fold_chains: the same logits.
  * No deadlock: the calling thread takes run 0 first, and every thread takes runs in increasing order. */
-static int folds_causal(const bn_engine *e, int T) {
-    const int per = token_run(e, T);
-    return token_split(e, T) && e->fa.block == 0 && (T + per - 1) / per <= bn_pool_size(e->pool);
-}
-
 static int fold_causal(bn_engine *e, int from, int to, int T) {
     const int per = token_run(e, T), n = bn_pool_size(e->pool);
-    if (!folds_causal(e, T)) return 0;
+    if (e->fa.block > 0 || (T + per - 1) / per > n) return 0;
     for (int f = from; f < to; f++) {
         e->stages[f].folded = f > from;
         e->stages[f].xq_run = per;
@@ -190,15 +185,9 @@ static inline int range_start(int n_items, int r, int n) { return (int)((long lo
  * batch, those stages run on the logit rows alone (compacted: their token t is batch token rows[t]). Each token's
  * sums are the same whatever else is in the batch, so the logits are bit for bit those of the whole batch. */
 static int trims_last_layer(const bn_engine *e) {
-    const int T = e->fa.T, R = e->fa.n_rows;
-    if (R >= T) return 0;
-    for (int r = 1; r < R; r++)
+    if (e->fa.n_rows >= e->fa.T) return 0;
+    for (int r = 1; r < e->fa.n_rows; r++)
         if (e->fa.rows[r] <= e->fa.rows[r - 1]) return 0;
-    /* A batch that runs as one fused chain (fold_causal) is not trimmed when that would not shorten its longest run
-     * (7 logit rows of 8 tokens on 2 threads: runs of 4 either way): the chain then runs through the whole last
-     * layer, and the threads meet once before the head instead of at the last layer's attention, its tail and the
-     * head. (9 tokens: runs of 5 + 4, trimmed to 4 + 4: trimmed.) Same logits either way. */
-    if (folds_causal(e, T) && token_split(e, R) && token_run(e, R) >= token_run(e, T)) return 0;
     return 1;
 }
 
@@ -253,10 +242,8 @@ void bn_plan_forward(bn_engine *e) {
     e->n_stages = L * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
     /* token_split batches: fold the token-local stages (the trimmed last layer's tail as a batch of its own) */
     const int tail = (L - 1) * STAGES_PER_LAYER + STAGE_ATTENTION; /* the last layer's attention */
-    if (e->fa.trim_last || !fold_causal(e, 0, L * STAGES_PER_LAYER, T)) { /* else every layer in one fused chain */
-        if (token_split(e, T) && !fold_causal(e, 0, tail, T)) fold_chains(e, 0, tail, T);
-        if (token_split(e, T_last)) fold_chains(e, tail + 1, L * STAGES_PER_LAYER, T_last);
-    }
+    if (token_split(e, T) && !fold_causal(e, 0, tail, T)) fold_chains(e, 0, tail, T);
+    if (token_split(e, T_last)) fold_chains(e, tail + 1, L * STAGES_PER_LAYER, T_last);
     const int n = bn_pool_size(e->pool);
     for (int i = 0; i < e->n_stages; i++) {
         atomic_init(&e->stages[i].done, 0);
