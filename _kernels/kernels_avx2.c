@@ -836,17 +836,17 @@ static inline __attribute__((always_inline)) void values_cols(const float *pa, c
     }
 }
 
-/* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2) over the n value rows of one tile, all hd columns, in as
- * few passes as the registers allow (at most 6 column vectors for two heads: 12 accumulators, 8 for one head), of
- * sizes as even as possible: hd 64 as 32 + 32 for two heads (8 FMA chains each; 48 + 16 left the second pass 4
- * chains, waiting on the FMA latency) and 64 at once for one head. Each column's chain is the same whatever pass it
- * is in. */
+/* oa += sum_s pa[s] * v_s (and ob with pb when NH = 2) over the n value rows of one tile, all hd columns, in passes
+ * of at most 6 column vectors for two heads (12 accumulators) or 8 for one head, the last two of even sizes: hd 64 as
+ * 32 + 32 for two heads (8 FMA chains each; 48 + 16 left the second pass 4 chains, waiting on the FMA latency) and 64
+ * at once for one head, 128 as 48 + 40 + 40. Each column's chain is the same whatever pass it is in. */
 static inline __attribute__((always_inline)) void values_run(const float *pa, const float *pb, const int NH, int n,
                                                              int hd, const void *v, size_t ld, const int kv,
                                                              float *oa, float *ob, float *keep, const int KEEP, int fresh) {
-    const int vecs = hd / 8, most = NH == 2 ? 6 : 8, passes = (vecs + most - 1) / most;
-    for (int p = 0, c0 = 0; p < passes; p++) {
-        const int nc = vecs / passes + (p < vecs % passes);
+    const int most = NH == 2 ? 6 : 8;
+    for (int c0 = 0; c0 < hd;) {
+        const int left = (hd - c0) / 8; /* column vectors left: all in one pass, or the next of two halves */
+        const int nc = left <= most ? left : left <= 2 * most ? (left + 1) / 2 : most;
         switch (nc) {
 #define VALUES_CASE(NC) \
     case NC: values_cols(pa, pb, NH, n, v, ld, kv, c0, NC, oa, ob, keep, hd, KEEP, fresh); break;
@@ -1133,8 +1133,10 @@ static int attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const
         if (ends[r] <= 0) return 0;
     switch (kv) { /* the cache's element type a constant inside */
         case BN_KV_F16:
-            if (hd == 64) /* the usual head size a constant too: the loops over a row's 8 vectors unroll */
+            if (hd == 64) /* the usual head sizes constants too: the loops over a row's vectors unroll */
                 attend_rows_kv(q, ldq, nr, nq, 64, k, v, ld, BN_KV_F16, NULL, NULL, ends, scale, scratch, out, ldo);
+            else if (hd == 128)
+                attend_rows_kv(q, ldq, nr, nq, 128, k, v, ld, BN_KV_F16, NULL, NULL, ends, scale, scratch, out, ldo);
             else
                 attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F16, NULL, NULL, ends, scale, scratch, out, ldo);
             break;
