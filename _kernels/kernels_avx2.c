@@ -883,8 +883,11 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
     for (int r = 0; r < nr; r++) last = ends[r] > ends[last] ? r : last;
     const int E = ends[last], conv = kv != BN_KV_F32 && nr > 1; /* conv: convert each tile once, into `tile` */
     const size_t elem = kv_elem(kv);
-    float *tile = scratch + (size_t)nr * nq * E;
-#define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * E)
+    /* each (row, head)'s scores and the float tile start on a 64-byte line (scratch does): a tile at an odd offset
+     * split every other 32-byte load across two lines (5 rows x 3 heads x 137 keys: 9.2 -> 7.6 us, hd 64) */
+    const size_t ldsc = ((size_t)E + 15) / 16 * 16;
+    float *tile = scratch + (size_t)nr * nq * ldsc;
+#define SCORES(r, h) (scratch + ((size_t)(r) * nq + (h)) * ldsc)
     for (int s0 = 0; s0 < E; s0 += KEY_TILE) {
         const int n = E - s0 < KEY_TILE ? E - s0 : KEY_TILE;
         const void *src = (const char *)k + (size_t)s0 * ld * elem;
