@@ -4,6 +4,7 @@ test_engine.py): one kernel of a named path (`isa`, a name of bitnet_app/engine/
 outside any forward. The product never imports it; its engine is bitnet_app._engine (engine.pyx)."""
 import numpy as np
 cimport numpy as cnp
+from libc.math cimport sqrtf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t
 
 cnp.import_array()
@@ -24,6 +25,12 @@ cdef extern from "kernels.h":
         void (*to_f16)(const float *x, uint16_t *h, int n) nogil
         float (*dot_f16)(const float *a, const uint16_t *h, int n) nogil
         void (*silu_mul)(const float *g, const float *u, float *out, int n) nogil
+        float (*sumsq)(const float *x, int n) nogil
+        float (*absmax)(const float *x, int n) nogil
+        int32_t (*quantize)(const float *x, int n, int np, float scale, int8_t *q) nogil
+        void (*norm_apply)(const float *x, float inv, const float *w, float *out, int n) nogil
+        int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q,
+                              float *xinv) nogil
         double (*exp_shifted)(const double *z, double top, double *w, int n) nogil
         double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) nogil
         int (*select_at_least)(const double *w, int n, double t, int *out) nogil
@@ -132,6 +139,37 @@ def kernel_dot_f16(str isa, cnp.ndarray[float, ndim=1, mode="c"] a, cnp.ndarray[
     if a.shape[0] != h.shape[0]:
         raise ValueError("shape mismatch")
     return k.dot_f16(<const float *>a.data, <const uint16_t *>h.data, a.shape[0])
+
+
+def kernel_norm_quant(str isa, cnp.ndarray[float, ndim=1, mode="c"] x, cnp.ndarray[float, ndim=1, mode="c"] w,
+                      int np_, float eps, bint fused):
+    """quant8(rmsnorm(x) * w) of one row (n,) -> (q int8 (np_,), sum(q), 1/scale): through the path's fused
+    norm_quant (fused true; None when the path has none), or composed from its sumsq, norm_apply, absmax and
+    quantize as forward.c composes them (fused false)."""
+    cdef const bn_kernels *k = _kernels(isa)
+    cdef int n = x.shape[0]
+    if w.shape[0] != n or n == 0 or np_ < n or np_ % 16:
+        raise ValueError("shape mismatch")
+    if fused and k.norm_quant == NULL:
+        return None
+    q = np.zeros(np_, dtype=np.int8)
+    xn = np.zeros(n, dtype=np.float32)
+    cdef int8_t[::1] qv = q
+    cdef float[::1] xnv = xn
+    cdef float xinv, m, inv, scale, one = 1.0, c127 = 127.0, nf = n  # float maths, as forward.c's
+    cdef int32_t total
+    if fused:
+        total = k.norm_quant(<const float *>x.data, <const float *>w.data, n, np_, eps, &xnv[0], &qv[0], &xinv)
+    else:
+        inv = one / sqrtf(k.sumsq(<const float *>x.data, n) / nf + eps)
+        k.norm_apply(<const float *>x.data, inv, <const float *>w.data, &xnv[0], n)
+        m = k.absmax(&xnv[0], n)
+        if m < 1e-5:
+            m = 1e-5
+        scale = c127 / m
+        total = k.quantize(&xnv[0], n, np_, scale, &qv[0])
+        xinv = one / scale
+    return q, int(total), float(xinv)
 
 
 def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray[float, ndim=1, mode="c"] u):

@@ -68,7 +68,8 @@ typedef struct {
      * type kv, enum bn_kv: float32, fp16 bits, or int8 whose rows' scales are ks[s] and vs[s], else NULL).
      * Per (row, head): out (hd) = softmax(q . k_s * scale) @ v (int8: k_s = ks[s] * k8_s, v_s = vs[s] * v8_s),
      * written to out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's
-     * result never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats.
+     * result never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats, 64-byte
+     * aligned.
      * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
                        int kv, const float *ks, const float *vs, const int *ends, float scale, float *scratch,
@@ -92,9 +93,11 @@ typedef struct {
 } bn_kernels;
 
 /* attend_rows works through the keys in tiles of BN_ATTN_KEY_TILE, each converted once to float32 for all the
- * tile's rows and heads; its scratch: the scores (nr * nq, n_keys), then one key tile (BN_ATTN_KEY_TILE, hd). */
+ * tile's rows and heads; its scratch (64-byte aligned): the scores (nr * nq, n_keys rounded up to 16: rows on whole
+ * cache lines), then one key tile (BN_ATTN_KEY_TILE, hd). */
 #define BN_ATTN_KEY_TILE 64
-#define BN_ATTN_SCRATCH(nr, nq, hd, n_keys) ((size_t)(nr) * (nq) * (n_keys) + (size_t)BN_ATTN_KEY_TILE * (hd))
+#define BN_ATTN_SCRATCH(nr, nq, hd, n_keys) \
+    ((size_t)(nr) * (nq) * (((size_t)(n_keys) + 15) / 16 * 16) + (size_t)BN_ATTN_KEY_TILE * (hd))
 
 /* The decode kernels (one token: weight-bandwidth-bound) prefetch each 64-byte line twice: into L1 ~2 KB ahead (each
  * file's own distance) and into L2 this far ahead. An Intel core is latency-bound on memory (one thread reads ~18 of

@@ -10,6 +10,7 @@
  * (x ^ 0x80 == x + 128), so the sum carries 128 * rowsum[n], removed at the end.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -579,6 +580,31 @@ static void norm_apply(const float *x, float inv, const float *w, float *out, in
     }
 }
 
+/* quant8(rmsnorm(x) * w) (kernels.h norm_quant): forward.c's composition of sumsq, norm_apply, absmax and quantize,
+ * the same operations in the same order (so the same numbers), with norm_apply and absmax in one pass. */
+static int32_t norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
+    const float inv = 1.0f / sqrtf(sumsq(x, n) / (float)n + eps);
+    const __m512 vi = _mm512_set1_ps(inv);
+    __m512 mv = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(_mm512_loadu_ps(x + i), vi));
+        _mm512_storeu_ps(xn + i, v);
+        mv = _mm512_max_ps(mv, _mm512_abs_ps(v));
+    }
+    if (i < n) { /* lanes past n are zero: |0| leaves the max alone */
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vi));
+        _mm512_mask_storeu_ps(xn + i, m, v);
+        mv = _mm512_max_ps(mv, _mm512_abs_ps(v));
+    }
+    float m = _mm512_reduce_max_ps(mv);
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    *xinv = 1.0f / scale;
+    return quantize(xn, n, np, scale, q);
+}
+
 static void relu2_mul(const float *g, const float *u, float *out, int n) {
     const __m512 zero = _mm512_setzero_ps();
     int i = 0;
@@ -641,5 +667,5 @@ const bn_kernels bn_kernels_avx512 = {
     .name = "avx512", .ternary_matmul = ternary_matmul, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5_best,
     .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, .dot = dot, .axpy = axpy, .sumsq = sumsq,
     .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply, .relu2_mul = relu2_mul, .add = add,
-    .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16,
+    .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16, .norm_quant = norm_quant,
 };

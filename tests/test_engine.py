@@ -171,6 +171,7 @@ def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
         out.append(eng.forward(ids[5:37], start=5, rows=range(32)))                    # tokens split (causal)
         out.append(eng.forward(ids[37:45], start=37, commit=False, rows=range(8)))     # one run per thread: fused
         out.append(eng.forward(ids[37:43], start=37, commit=False, kv_end=45, rows=[1, 4, 5]))  # fused, trimmed
+        out.append(eng.forward(ids[37:45], start=37, commit=False, rows=range(1, 8)))  # a step's rows: fused, trimmed
         out.append(eng.forward(ids[37:45], start=37, commit=False, attention="block", block_size=8,
                                rows=range(8)))
         eng.truncate(5)
@@ -254,6 +255,9 @@ def test_asking_for_fewer_logit_rows_changes_none_of_them(tiny_hd16, isa, thread
         assert np.array_equal(a, b), rows
     a, b = both(ids[29:41], 29, [1, 2, 5], attention="block", block_size=16, kv_end=45)  # DualCache's sub-block
     assert np.array_equal(a, b)
+    for n, rows in ((9, range(1, 9)), (8, range(1, 8)), (8, [0, 2, 3, 4, 5, 6, 7]), (9, [2, 7])):  # causal steps
+        a, b = both(ids[36:36 + n], 36, rows)
+        assert np.array_equal(a, b), (n, rows)
 
 
 @pytest.mark.parametrize("block", [4, 8])

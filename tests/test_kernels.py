@@ -226,6 +226,30 @@ def test_fp16_conversion_matches_numpy(isa, n):
 
 
 @pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("n", [1, 7, 16, 100, 384, 1000, 1024])
+@pytest.mark.parametrize("case", ["normal", "tiny", "spiky"])
+def test_fused_norm_quant_is_the_composition_bit_for_bit(isa, n, case):
+    """A path's fused norm_quant gives the q, sum(q) and 1/scale of its own sumsq, norm_apply, absmax and quantize
+    as forward.c composes them (paths without one run that composition): the logits do not depend on whether a
+    path fuses the passes. AVX2 and AVX-512 fuse them."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32) * (1e-7 if case == "tiny" else 3.0)
+    if case == "spiky":
+        x[rng.integers(n)] = 500.0
+    w = (rng.standard_normal(n) * 0.5 + 1.0).astype(np.float32)
+    np_ = (n + 15) // 16 * 16 + 16  # a padded width past the row, as the engine's matrices have
+    fused = _engine_testing.kernel_norm_quant(isa, x, w, np_, 1e-6, True)
+    if fused is None:
+        assert isa not in (kernel_paths.AVX2, kernel_paths.AVX512), "AVX2 and AVX-512 fuse norm_quant"
+        return
+    q, total, xinv = fused
+    q0, total0, xinv0 = _engine_testing.kernel_norm_quant(isa, x, w, np_, 1e-6, False)
+    np.testing.assert_array_equal(q, q0)
+    assert (total, xinv) == (total0, xinv0)
+    assert not q[n:].any() and total == int(q.astype(np.int64).sum())
+
+
+@pytest.mark.parametrize("isa", PATHS)
 @pytest.mark.parametrize("n", [1, 7, 8, 13, 64, 1000])
 def test_silu_mul_matches_numpy(isa, n):
     """The fast silu(g) * u (paths that have one) against float64 numpy: relative error at the fp32 level,
