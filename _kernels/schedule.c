@@ -91,6 +91,11 @@ static void set_token_stage(const bn_engine *e, stage *st, int n_tokens) {
  * in a core's L2 several times over (each core then reads all of them) and each thread gets at least a whole
  * block of tokens for the kernels (TOKEN_SPLIT_MIN_TOKENS). Same sums either way, so the same logits. */
 #define TOKEN_SPLIT_MAX_BYTES (256 * 1024) /* ternary bytes of one layer's matrices */
+#define TOKEN_SPLIT_WIDE_BYTES (512 * 1024) /* up to this, batches of at most TOKEN_SPLIT_WIDE_TOKENS split by tokens
+                                               too: the 14.2 M demo model's layers (384 KiB), whose denoising steps
+                                               are 9 rows (Zen 4, ab_builds, 4 rounds: avx512 0.47-0.52 -> 0.43-0.53
+                                               ms, avx2 0.70-0.88 -> 0.66-0.70 ms; 128 rows were 4-7% slower) */
+#define TOKEN_SPLIT_WIDE_TOKENS 32
 #define TOKEN_SPLIT_MIN_TOKENS 2           /* per thread (8 rows on 2 threads: 0.31 -> 0.19 ms avx512, 0.178 -> 0.166
                                               avx2, with fold_chains; 4-7 rows, split by rows until this was 4: amx
                                               0.12-0.17 -> 0.095-0.136 ms; 1 token per thread made 2 rows slower) */
@@ -101,7 +106,9 @@ static void set_token_stage(const bn_engine *e, stage *st, int n_tokens) {
 static int token_split(const bn_engine *e, int T) {
     const int n = bn_pool_size(e->pool);
     const size_t layer_bytes = (size_t)e->dp / 4 * (e->qkv_np + e->dp + e->gu_np) + (size_t)e->ip / 4 * e->dp;
-    return n > 1 && layer_bytes <= TOKEN_SPLIT_MAX_BYTES && T >= n * TOKEN_SPLIT_MIN_TOKENS;
+    const int fits = layer_bytes <= TOKEN_SPLIT_MAX_BYTES ||
+                     (layer_bytes <= TOKEN_SPLIT_WIDE_BYTES && T <= TOKEN_SPLIT_WIDE_TOKENS);
+    return n > 1 && fits && T >= n * TOKEN_SPLIT_MIN_TOKENS;
 }
 
 /* Tokens per run of a token_split batch of T: the item of its matrix stages and of its chains (fold_chains,

@@ -18,6 +18,7 @@ import pytest
 
 from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.model import Model
+from test_kernels import PATHS
 from test_parity import FP32_FLOOR, Reference, require_reference, summary
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
@@ -156,3 +157,27 @@ def test_held_out_prompts_were_never_trained_on():
     speakers = ("BRUTUS", "CASSIUS", "CAESAR", "ANTONY", "LUCIUS", "PORTIA", "VIOLA", "OLIVIA", "MALVOLIO",
                 "SIR TOBY", "SIR ANDREW", "MARIA", "FESTE", "CLOWN", "ORSINO", "DUKE", "SEBASTIAN", "FABIAN")
     assert len(data["open"]) >= 4 and all(any(s in p for s in speakers) for p in data["open"])
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_the_thread_count_changes_no_logit_of_the_demo_models_batches(demo, isa):
+    """The demo model's layers (384 KiB of ternary tiles) are split between threads by tokens for batches of at
+    most 32 (a denoising step: _kernels/schedule.c TOKEN_SPLIT_WIDE_BYTES) and by the rows of each matrix above
+    that (a long prompt): 1, 2 and 3 threads give bit-identical logits either way."""
+    from bitnet_app.engine.file import EngineFile
+    from bitnet_app.engine.runtime import Engine
+
+    ef = EngineFile(demo)
+    ids = np.random.default_rng(7).integers(7, 4096, 61)
+
+    def run(threads):
+        eng = Engine(ef, isa=isa, threads=threads)
+        out = [eng.forward(ids[:40], rows=range(40))]                                  # 40 rows: split by matrix rows
+        out.append(eng.forward(ids[40:49], start=40, commit=False, rows=range(1, 9)))  # a 9-row step: by tokens
+        out.append(eng.forward(ids[40:60], start=40, rows=range(20)))                  # 20 rows: by tokens
+        out.append(eng.forward(ids[60:61], start=60))                                  # one token
+        return out
+    one = run(1)
+    for threads in (2, 3):
+        for a, b in zip(run(threads), one):
+            assert np.array_equal(a, b), threads
