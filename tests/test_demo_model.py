@@ -18,6 +18,7 @@ import pytest
 
 from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.model import Model
+from test_engine import assert_threads_change_nothing
 from test_kernels import PATHS
 from test_parity import FP32_FLOOR, Reference, require_reference, summary
 
@@ -177,7 +178,4 @@ def test_the_thread_count_changes_no_logit_of_the_demo_models_batches(demo, isa)
         out.append(eng.forward(ids[40:60], start=40, rows=range(20)))                  # 20 rows: by tokens
         out.append(eng.forward(ids[60:61], start=60))                                  # one token
         return out
-    one = run(1)
-    for threads in (2, 3):
-        for a, b in zip(run(threads), one):
-            assert np.array_equal(a, b), threads
+    assert_threads_change_nothing(run)

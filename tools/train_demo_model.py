@@ -50,6 +50,8 @@ import json
 import math
 import os
 import random
+import shutil
+import tarfile
 import time
 
 import torch
@@ -391,9 +393,6 @@ def snapshot(model: BitNet, tok, cfg: BitNetCfg, a, hist, elapsed, step) -> None
     cpu.load_state_dict({k: v.detach().float().cpu() for k, v in model.state_dict().items()})
     export(cpu, tok, cfg, a, hist, elapsed, step)
     if a.snapshot_dir:
-        import shutil
-        import tarfile
-
         os.makedirs(a.snapshot_dir, exist_ok=True)
         shutil.copy(os.path.join(a.work, "train_metrics.json"), os.path.join(a.out, "train_metrics.json"))
         tmp = os.path.join(a.snapshot_dir, "export.tar.tmp")
