@@ -293,3 +293,41 @@ def test_benchmark_reports_both_prompt_sets(dlm, tmp_path, capsys):
         assert default["step_ms"] > default["step_forward_ms"] > 0 and default["ar_token_ms"] > 0
     steps = json.loads(out.read_text())["single_steps"]
     assert {"ar", "block", "sub_block"} <= set(steps) and steps["block"]["with_sampling_ms"] > steps["block"]["forward_ms"] > 0
+
+
+def test_row_cost_reports_costs_rows_per_token_and_the_bound(dlm, tmp_path, capsys, monkeypatch):
+    """benchmarks/row_cost.py end to end: R-row forwards timed for the model and a random demo-like shape (written
+    with that shape), the rows a reply's tokens take counted from the real decoder's calls, and the bound worked
+    out from both."""
+    import json
+
+    from benchmarks import row_cost
+    from bitnet_app.engine import EngineFile
+
+    monkeypatch.setattr(row_cost.tempfile, "gettempdir", lambda: str(tmp_path))
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text('{"skills": ["Count from 1 to 9", "Spell cat"], "open": ["ROMEO."]}')
+    out = tmp_path / "out.json"
+    row_cost.main(["--model", dlm[0].path, "--shapes", "d128", "--rows", "4,9", "--rounds", "1", "--iters", "2",
+                   "--prompts-file", str(prompts), "--json", str(out)])
+    printed = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert set(res["costs"]) == {dlm[0].path, "d128"}
+    for table in res["costs"].values():
+        assert set(table) == {"1", "4", "9"} and table["1"]["marginal"] is None
+        for R in (4, 9):
+            t = table[str(R)]
+            assert t["ms"] > 0 and abs(t["marginal"] - (t["over_one_row"] - 1) / (R - 1)) < 1e-9
+    cfg = EngineFile(str(tmp_path / "bitnet-row-cost" / "row-cost-d128.bitnet")).config
+    assert (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]) == \
+        (128, 384, 6, 4096)
+    rows = res["rows"]
+    assert rows["steps"] > 0 and rows["tokens"] > 0
+    assert rows["rows_per_token"] >= 1  # every token of a reply is filled from a row of some step
+    k, r = rows["tokens_per_step"], rows["rows_per_step"]
+    c, rc = rows["commits"] / rows["steps"], rows["rows_per_commit"]
+    for name, b in res["bound"].items():
+        m = b["cheapest_marginal_row"]
+        assert abs(b["at_most_x_ar"] - k / (1 + (r - 1) * m + c * (1 + (rc - 1) * m))) < 1e-9
+        assert f"{name}: cheapest marginal row" in printed
+    assert "rows per token" in printed

@@ -117,11 +117,16 @@ def tiny_tokenizer_json(bos: int, eos: int, eot: int) -> str:
     return tok.to_str()
 
 
-def write_synthetic_engine_file(out_path: str, shape: str = "2b4t", seed: int = 0, layout: str | None = None) -> str:
-    """layout: the ternary tiles' packing (packing.PACKINGS); None: what the converter writes on this CPU."""
-    if shape not in SHAPES:
+def write_synthetic_engine_file(out_path: str, shape: str | dict = "2b4t", seed: int = 0,
+                                layout: str | None = None) -> str:
+    """shape: a name of SHAPES, or a dict of the same keys (shapes._shape makes one); layout: the ternary tiles'
+    packing (packing.PACKINGS); None: what the converter writes on this CPU."""
+    if isinstance(shape, dict):
+        s = shape
+    elif shape in SHAPES:
+        s = SHAPES[shape]
+    else:
         raise ValueError(f"unknown synthetic shape {shape!r}; choose one of {', '.join(SHAPES)}")
-    s = SHAPES[shape]
     if layout is None:
         from ..engine.kernel_paths import preferred_packing
         layout = preferred_packing()
