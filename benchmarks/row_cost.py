@@ -36,11 +36,12 @@ SHAPES = {
 
 
 def shape_file(name: str, folder: str) -> str:
-    """A random engine file of one of SHAPES (written once into folder)."""
+    """A random engine file of one of SHAPES in the tiles this CPU's converter writes (written once into folder)."""
     from bitnet_app.checkpoint.shapes import _shape
     from bitnet_app.checkpoint.synthetic import write_synthetic_engine_file
+    from bitnet_app.engine.kernel_paths import preferred_packing
 
-    path = os.path.join(folder, f"row-cost-{name}.bitnet")
+    path = os.path.join(folder, f"row-cost-{name}-{preferred_packing()}.bitnet")
     if not os.path.exists(path):
         D, I, L, H, KV = SHAPES[name]
         shape = _shape("bitnet", hidden_size=D, intermediate_size=I, num_hidden_layers=L, num_attention_heads=H,

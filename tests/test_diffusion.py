@@ -318,7 +318,9 @@ def test_row_cost_reports_costs_rows_per_token_and_the_bound(dlm, tmp_path, caps
         for R in (4, 9):
             t = table[str(R)]
             assert t["ms"] > 0 and abs(t["marginal"] - (t["over_one_row"] - 1) / (R - 1)) < 1e-9
-    cfg = EngineFile(str(tmp_path / "bitnet-row-cost" / "row-cost-d128.bitnet")).config
+    written = list((tmp_path / "bitnet-row-cost").glob("row-cost-d128-*.bitnet"))
+    assert len(written) == 1
+    cfg = EngineFile(str(written[0])).config
     assert (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]) == \
         (128, 384, 6, 4096)
     rows = res["rows"]
