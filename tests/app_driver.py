@@ -189,8 +189,19 @@ def compare(page, prompt: str, while_streaming=None) -> None:
     page.evaluate(WATCH_PACE)
     box.fill(prompt)
     box.press("Enter")
-    page.wait_for_function("() => window.rowLog.some(r => r[1] === 0) || !window.rowLog.length && "
-                           "!document.querySelector('.stat-row')", timeout=60_000)
+    started = ("() => window.rowLog.some(r => r[1] === 0) || !window.rowLog.length && "
+               "!document.querySelector('.stat-row')")
+    for attempt in range(4):  # up to 60 s for the run to start
+        try:
+            page.wait_for_function(started, timeout=15_000)
+            break
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError
+            if attempt == 3:
+                raise
+            # The box clears when it takes a prompt: still holding it, the press landed while the page redrew the box
+            # (session 21 saw a Compare that never started), so press again, as a user would.
+            if box.input_value() == prompt:
+                box.press("Enter")
     if while_streaming is not None:
         while_streaming()
     page.wait_for_function(FRESH_COMPARE, arg=prompt, timeout=180_000)
