@@ -142,7 +142,7 @@ static inline int bn_trit5_groups(int kp) { return (kp / 4 + BN_TRIT5_QUADS - 1)
     } while (0)
 /* thread_buffer.c: this thread's buffer for `use` (one of BN_SCRATCH_*), at least `bytes` long, 64-byte aligned; its
  * contents are undefined at each call (it may have grown); NULL when out of memory. Freed when the thread ends. */
-enum { BN_SCRATCH_TILES5, BN_SCRATCH_AMX, BN_SCRATCH_USES };
+enum { BN_SCRATCH_TILES5, BN_SCRATCH_AMX, BN_SCRATCH_CODES, BN_SCRATCH_USES };
 void *bn_thread_buffer(int use, size_t bytes);
 /* tiles5.c: ternary5_matmul for a batch (T > 1) from a path's parts: each chunk of row tiles unpacked once (unpack5)
  * into this thread's buffer of 2-bit tiles and multiplied there (matmul2, the path's ternary_matmul); without memory

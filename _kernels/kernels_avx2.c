@@ -170,8 +170,13 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
 /* A block of BT (1..TILE_TOKENS) tokens through one tile: wt the tile (groups x 64 bytes), x token 0's activations
  * (token b at x + b kp), y token 0's 16 outputs (token b at y + b ldy). The packed bytes are loaded again for each
  * code field (from L1) rather than kept, which leaves GCC enough registers not to spill the sums. */
-static inline __attribute__((always_inline)) void ternary_tile_block(const uint8_t *wt, int groups, const int8_t *x,
-                                                                     int kp, const int BT, const float *row_scale,
+/* How a block gets the codes of its tile: from the packed bytes (PACKED), from them while writing the codes to the
+ * thread's buffer for the blocks after it (PACKED_STORE), or from that buffer (CODES: no unpacking at all). */
+enum { PACKED, PACKED_STORE, CODES };
+
+static inline __attribute__((always_inline)) void ternary_tile_block(const uint8_t *wt, uint8_t *codes, int groups,
+                                                                     const int8_t *x, int kp, const int BT,
+                                                                     const int FROM, const float *row_scale,
                                                                      const int32_t *xsum, const float *xinv, float *y,
                                                                      int ldy) {
     const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
@@ -187,14 +192,27 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
 #pragma GCC unroll 4
         for (int b = 0; b < TILE_TOKENS; b++) s0[b] = s1[b] = _mm256_setzero_si256();
         for (int g = g0; g < g1; g++) { /* prefetch as ternary_tile_1: the first block reads the tile from memory */
-            _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
-            _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1);
+            if (FROM != CODES) {
+                _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1);
+            }
 #pragma GCC unroll 4
             for (int f = 0; f < 4; f++) { /* code field f of every byte: column 4f + j of the group */
-                __m256i w0 = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
-                __m256i w1 = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
-                w0 = _mm256_and_si256(_mm256_srli_epi16(w0, 2 * f), m3);
-                w1 = _mm256_and_si256(_mm256_srli_epi16(w1, 2 * f), m3);
+                uint8_t *at = codes + ((size_t)g * 4 + f) * 64; /* this field's codes, both halves, in the buffer */
+                __m256i w0, w1;
+                if (FROM == CODES) {
+                    w0 = _mm256_load_si256((const __m256i *)at);
+                    w1 = _mm256_load_si256((const __m256i *)(at + 32));
+                } else {
+                    w0 = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
+                    w1 = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
+                    w0 = _mm256_and_si256(_mm256_srli_epi16(w0, 2 * f), m3);
+                    w1 = _mm256_and_si256(_mm256_srli_epi16(w1, 2 * f), m3);
+                    if (FROM == PACKED_STORE) {
+                        _mm256_store_si256((__m256i *)at, w0);
+                        _mm256_store_si256((__m256i *)(at + 32), w1);
+                    }
+                }
 #pragma GCC unroll 4
                 for (int b = 0; b < BT; b++) {
                     const __m256i xf = _mm256_set1_epi32(load_i32(xt[b] + g * 16 + 4 * f));
@@ -216,7 +234,11 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
 }
 
 /* kernels.h ternary_matmul: one token by ternary_walk (decode), more tile by tile, TILE_TOKENS tokens at a time, so a
- * tile is read from memory once and from L1/L2 for the later blocks. */
+ * tile is read from memory once and from L1/L2 for the later blocks. With more than one block, the first also writes
+ * the codes it unpacks (a byte a weight, 16 x kp bytes a tile) to this thread's buffer, and the later blocks multiply
+ * those with no unpacking, as ternary5_batch does for 1.6-bit tiles (2B-4T shape, 2-bit tiles, AVX2 on Zen 4,
+ * two interleaved rounds: 16 / 32-token forwards 118.8 / 228.0 -> 115.0 / 215.6 ms, pp128 146 -> 158 tok/s; 8 tokens
+ * the same). The same int16 runs of the same products: the same y, bit for bit. */
 static void ternary_tiles(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum,
                           const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     if (T == 1) {
@@ -224,19 +246,30 @@ static void ternary_tiles(const uint8_t *codes, int kp, const float *row_scale, 
         return;
     }
     const int groups = kp / 16;
+    uint8_t *buf = T > TILE_TOKENS ? bn_thread_buffer(BN_SCRATCH_CODES, (size_t)groups * 256) : NULL;
     for (int tile = n0 / 16; tile < n1 / 16; tile++) {
         const uint8_t *wt = codes + (size_t)tile * groups * 64;
         for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
             const int bt = T - t0 < TILE_TOKENS ? T - t0 : TILE_TOKENS;
-#define TILE_CALL(BT) \
-    ternary_tile_block(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + tile * 16, xsum + t0, xinv + t0, \
-                       y + (size_t)t0 * ldy + tile * 16, ldy)
-            switch (bt) {
-                case 4: TILE_CALL(4); break;
-                case 3: TILE_CALL(3); break;
-                case 2: TILE_CALL(2); break;
-                default: TILE_CALL(1); break;
+            const int from = !buf ? PACKED : t0 == 0 ? PACKED_STORE : CODES;
+#define TILE_CALL(BT, FROM) \
+    ternary_tile_block(wt, buf, groups, xq + (size_t)t0 * kp, kp, BT, FROM, row_scale + tile * 16, xsum + t0, \
+                       xinv + t0, y + (size_t)t0 * ldy + tile * 16, ldy)
+#define TILE_BLOCK(FROM)                        \
+    switch (bt) {                               \
+        case 4: TILE_CALL(4, FROM); break;      \
+        case 3: TILE_CALL(3, FROM); break;      \
+        case 2: TILE_CALL(2, FROM); break;      \
+        default: TILE_CALL(1, FROM); break;     \
+    }
+            if (from == CODES) {
+                TILE_BLOCK(CODES)
+            } else if (from == PACKED_STORE) {
+                TILE_BLOCK(PACKED_STORE)
+            } else {
+                TILE_BLOCK(PACKED)
             }
+#undef TILE_BLOCK
 #undef TILE_CALL
         }
     }

@@ -19,7 +19,7 @@ SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8),
           (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32),
           # the inner sizes of the Llama-family checkpoints (bitnet_app/catalog.py): down_proj's K = the
           # intermediate size of Falcon3-7B/10B (23040), Llama3-8B (14336) and 1bitLLM-3B (8640); hidden 3200
-          (32, 23040, 2), (16, 14336, 3), (48, 8640, 1), (32, 3200, 9),
+          (32, 23040, 2), (16, 14336, 3), (48, 8640, 1), (32, 3200, 9), (32, 8640, 6),
           # one token (decode: kernels_avx2.c's whole-tile path), several tiles, runs of 16 groups and a tail
           (64, 2560, 1), (48, 264, 1)]
 
