@@ -198,19 +198,19 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
             }
 #pragma GCC unroll 4
             for (int f = 0; f < 4; f++) { /* code field f of every byte: column 4f + j of the group */
-                uint8_t *at = codes + ((size_t)g * 4 + f) * 64; /* this field's codes, both halves, in the buffer */
+                const size_t at = ((size_t)g * 4 + f) * 64; /* this field's codes, both halves, in the buffer */
                 __m256i w0, w1;
                 if (FROM == CODES) {
-                    w0 = _mm256_load_si256((const __m256i *)at);
-                    w1 = _mm256_load_si256((const __m256i *)(at + 32));
+                    w0 = _mm256_load_si256((const __m256i *)(codes + at));
+                    w1 = _mm256_load_si256((const __m256i *)(codes + at + 32));
                 } else {
                     w0 = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
                     w1 = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
                     w0 = _mm256_and_si256(_mm256_srli_epi16(w0, 2 * f), m3);
                     w1 = _mm256_and_si256(_mm256_srli_epi16(w1, 2 * f), m3);
                     if (FROM == PACKED_STORE) {
-                        _mm256_store_si256((__m256i *)at, w0);
-                        _mm256_store_si256((__m256i *)(at + 32), w1);
+                        _mm256_store_si256((__m256i *)(codes + at), w0);
+                        _mm256_store_si256((__m256i *)(codes + at + 32), w1);
                     }
                 }
 #pragma GCC unroll 4
@@ -251,7 +251,6 @@ static void ternary_tiles(const uint8_t *codes, int kp, const float *row_scale, 
         const uint8_t *wt = codes + (size_t)tile * groups * 64;
         for (int t0 = 0; t0 < T; t0 += TILE_TOKENS) {
             const int bt = T - t0 < TILE_TOKENS ? T - t0 : TILE_TOKENS;
-            const int from = !buf ? PACKED : t0 == 0 ? PACKED_STORE : CODES;
 #define TILE_CALL(BT, FROM) \
     ternary_tile_block(wt, buf, groups, xq + (size_t)t0 * kp, kp, BT, FROM, row_scale + tile * 16, xsum + t0, \
                        xinv + t0, y + (size_t)t0 * ldy + tile * 16, ldy)
@@ -262,12 +261,12 @@ static void ternary_tiles(const uint8_t *codes, int kp, const float *row_scale, 
         case 2: TILE_CALL(2, FROM); break;      \
         default: TILE_CALL(1, FROM); break;     \
     }
-            if (from == CODES) {
-                TILE_BLOCK(CODES)
-            } else if (from == PACKED_STORE) {
+            if (!buf) {
+                TILE_BLOCK(PACKED)
+            } else if (t0 == 0) {
                 TILE_BLOCK(PACKED_STORE)
             } else {
-                TILE_BLOCK(PACKED)
+                TILE_BLOCK(CODES)
             }
 #undef TILE_BLOCK
 #undef TILE_CALL

@@ -78,20 +78,27 @@ def cost_table(costs: dict[int, float]) -> dict:
 
 class _RowCounter:
     """Stands in for a model's engine: forwards go to the real one; counts the rows of denoising steps (uncommitted)
-    and of block commits (committed, after position 0: a call at 0 is the prompt's prefill)."""
+    and of block commits (committed, after a reply's first step: a committed call before it is the prompt's prefill).
+    (benchmarks.step_replay.Recorder keeps every call's logits too: too much memory for a whole prompt set.)"""
 
     def __init__(self, engine):
         self.engine = engine
         self.steps = self.step_rows = self.commits = self.commit_rows = 0
+        self.stepped = False  # the reply under way has run a step
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
+
+    def reset(self):  # a reply starts (and ends) with a reset of the cache
+        self.stepped = False
+        self.engine.reset()
 
     def forward(self, tokens, **kw):
         if not kw.get("commit", True):
             self.steps += 1
             self.step_rows += len(tokens)
-        elif kw.get("start"):
+            self.stepped = True
+        elif self.stepped:
             self.commits += 1
             self.commit_rows += len(tokens)
         return self.engine.forward(tokens, **kw)
