@@ -62,8 +62,8 @@ typedef struct {
     int chunk, chunks_per_slice; /* matrix stages: row units per item, items per token slice */
     int slice_tokens;            /* matrix stages: tokens per slice (MATMUL_SLICE, or a thread's run: token_split) */
     int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION, KIND_CHAIN: consecutive tokens (or logit rows) per item */
-    int head_parts;              /* KIND_ATTENTION: 1, or 2: each (tile, kv head) is two items, each half of the group's
-                                    query heads (schedule.c plan_layer_tail) */
+    int split_units;             /* KIND_ATTENTION: 0, or how many (tile, kv head) units are each split into one
+                                    item per thread, each a part of the value columns (schedule.c plan_layer_tail) */
     int chain_end;               /* KIND_CHAIN: it runs the stages [this one, chain_end) */
     int fused;                   /* KIND_CHAIN: it crosses attentions (fold_causal): an item waits for the K/V of
                                     the runs before it, not for a barrier */
@@ -94,6 +94,7 @@ struct bn_engine {
     int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
     int kv;                        /* the KV cache's elements: enum bn_kv (float32, IEEE half, int8) */
     float *k_scale, *v_scale;      /* int8 cache: (L, G, C) each row's scale (absmax / 127), else NULL */
+    size_t cache_bytes;            /* of each of k_cache and v_cache (kv_memory.c) */
     void *k_cache, *v_cache;       /* (L, G, C, hd) of kv's type: each head's rows contiguous, so an attention
                                       item streams them (with (L, C, G*hd) it read 1 row in G: ~2x slower at 4k) */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
@@ -135,7 +136,10 @@ static inline double now_s(void) {
 /* forward.c: the work of one item of a stage (schedule.c hands the items out) */
 void bn_token_stage(bn_engine *e, int l, layer_stage s, int t); /* stage s of layer l for token t (KIND_TOKENS) */
 /* tokens [t0, t0 + nr), kv head g, its query heads [h0, h0 + nh) of the group */
-void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int h0, int nh, int thread);
+void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int c0, int c1, int thread);
+/* kv_memory.c: the KV cache's zeroed memory (huge pages where the OS gives them), and its release */
+void *bn_kv_alloc(size_t bytes);
+void bn_kv_free(void *p, size_t bytes);
 void bn_matmul_item(bn_engine *e, const stage *st, int i);      /* item i of a matrix stage */
 void bn_head_norm_item(bn_engine *e, int r);                     /* logit row r's final norm */
 

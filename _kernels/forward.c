@@ -182,8 +182,8 @@ static float dot_i8(const float *a, const int8_t *q, int n) {
 }
 
 static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, const void *kc, const void *vc,
-                           size_t ld, int kv, const float *ks, const float *vs, int n_keys, float scale, float *sc,
-                           float *out) {
+                           size_t ld, int kv, const float *ks, const float *vs, int n_keys, int c0, int c1,
+                           float scale, float *sc, float *out) {
     const float *kf = kc, *vf = vc;
     const uint16_t *kh = kc, *vh = vc;
     const int8_t *k8 = kc, *v8 = vc;
@@ -199,17 +199,17 @@ static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, 
         for (int s = 0; s < n_keys; s++) { row[s] = expf(row[s] - mx); sum += row[s]; }
         for (int s = 0; s < n_keys; s++) row[s] /= sum; /* divide, as softmax does */
     }
-    memset(out, 0, sizeof(float) * (size_t)nq * hd);
-    for (int s = 0; s < n_keys; s++)
+    for (int h = 0; h < nq; h++) memset(out + h * hd + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+    for (int s = 0; s < n_keys; s++) /* the values' columns [c0, c1) */
         for (int h = 0; h < nq; h++) {
             const float p = sc[(size_t)h * n_keys + s];
             if (kv == BN_KV_F16) {
-                k->axpy_f16(p, vh + s * ld, out + h * hd, hd);
+                k->axpy_f16(p, vh + s * ld + c0, out + h * hd + c0, c1 - c0);
             } else if (kv == BN_KV_I8) {
                 const float pv = p * vs[s];
-                for (int i = 0; i < hd; i++) out[h * hd + i] += pv * (float)v8[s * ld + i];
+                for (int i = c0; i < c1; i++) out[h * hd + i] += pv * (float)v8[s * ld + i];
             } else {
-                k->axpy(p, vf + s * ld, out + h * hd, hd);
+                k->axpy(p, vf + s * ld + c0, out + h * hd + c0, c1 - c0);
             }
         }
 }
@@ -218,30 +218,31 @@ static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, 
  * item as attend_rows (kernels.h), one row at a time through attend_generic. */
 static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq, int nr, int nq, int hd, const void *kc,
                                 const void *vc, size_t ld, int kv, const float *ks, const float *vs, const int *ends,
-                                float scale, float *sc, float *out, size_t ldo) {
+                                int c0, int c1, float scale, float *sc, float *out, size_t ldo) {
     for (int r = 0; r < nr; r++)
-        attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv, ks, vs, ends[r], scale, sc,
+        attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv, ks, vs, ends[r], c0, c1, scale, sc,
                        out + (size_t)r * ldo);
 }
 
-/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: the query heads [h0, h0 + nh) of each
- * token's group that share K/V head g (all of them, or half: schedule.c), together, so each cached K and V row is
- * read (and converted from fp16) once per tile of tokens and heads. Each head's numbers are its own (the kernels
- * take heads in pairs, but a pair's two heads do not touch each other's sums), so a split changes none of them. Each token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end
- * of its block (shared by the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit
- * rows: the tile first gathers their query heads into q_last (row t = batch token fa.rows[t]). */
-void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int h0, int nh, int thread) {
+/* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: all the query heads of each token's
+ * group that share K/V head g, together, so each cached K and V row is read (and converted from fp16) once per tile
+ * of tokens and heads; the output columns [c0, c1) of each head (all hd, or a part: schedule.c), whose numbers do
+ * not depend on the others (each column's sum runs over the keys alone), so a split changes none of them. Each
+ * token sees a prefix [0, end) of the cache: causal: its own position + 1; block: the end of its block (shared by
+ * the block's tokens); never beyond kv_end. In a trimmed last layer the tokens are the logit rows: the tile first
+ * gathers their query heads into q_last (row t = batch token fa.rows[t]). */
+void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int c0, int c1, int thread) {
     const bn_model *m = &e->m;
     const int hd = m->head_dim, G = m->n_kv_heads, group = m->n_heads / G;
     const int trimmed = trimmed_stage(e, l, STAGE_ATTENTION);
-    const size_t head0 = (size_t)(g * group + h0) * hd; /* the first of the item's query heads (contiguous) */
+    const size_t head0 = (size_t)g * group * hd; /* the first of the group's query heads (contiguous) */
     const float *q = e->qkv + (size_t)t0 * e->qkv_np + head0;
     size_t ldq = (size_t)e->qkv_np;
     if (trimmed) {
         float *gathered = e->q_last + (size_t)t0 * m->dim + head0;
         for (int r = 0; r < nr; r++)
             memcpy(gathered + (size_t)r * m->dim, e->qkv + (size_t)e->fa.rows[t0 + r] * e->qkv_np + head0,
-                   sizeof(float) * (size_t)nh * hd);
+                   sizeof(float) * (size_t)group * hd);
         q = gathered;
         ldq = (size_t)m->dim;
     }
@@ -258,9 +259,9 @@ void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int h0, int n
     float *out = e->att + (size_t)t0 * m->dim + head0;
     float *sc = e->scores + (size_t)thread * e->scores_ld;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, nh, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale,
-                                                 sc, out, (size_t)m->dim))
-        attend_rows_generic(e->k, q, ldq, nr, nh, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, scale, sc, out,
+    if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, c0, c1,
+                                                 scale, sc, out, (size_t)m->dim))
+        attend_rows_generic(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, c0, c1, scale, sc, out,
                             (size_t)m->dim);
 }
 
@@ -398,8 +399,9 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_thr
     e->vp = ROUND16(m->vocab);
     e->xn_ld = e->dp > e->ip ? e->dp : e->ip;
     const size_t rows = (size_t)m->n_layers * ctx * m->n_kv_heads;
-    e->k_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv)); /* calloc: untouched pages cost no memory */
-    e->v_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv));
+    e->cache_bytes = rows * m->head_dim * kv_elem_bytes(kv);
+    e->k_cache = bn_kv_alloc(e->cache_bytes);
+    e->v_cache = bn_kv_alloc(e->cache_bytes);
     if (kv == BN_KV_I8) {
         e->k_scale = calloc(rows, sizeof(float));
         e->v_scale = calloc(rows, sizeof(float));
@@ -444,7 +446,8 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_thr
 void bn_engine_free(bn_engine *e) {
     if (!e) return;
     bn_pool_free(e->pool);
-    free(e->layers); free(e->k_cache); free(e->v_cache); free(e->k_scale); free(e->v_scale);
+    free(e->layers); bn_kv_free(e->k_cache, e->cache_bytes); bn_kv_free(e->v_cache, e->cache_bytes);
+    free(e->k_scale); free(e->v_scale);
     free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
     free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->q_last); free(e->stages);

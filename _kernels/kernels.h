@@ -67,13 +67,14 @@ typedef struct {
      * ends[0] >= 1: causal rows differ, block rows share one end) at k + s*ld, values at v + s*ld (elements of
      * type kv, enum bn_kv: float32, fp16 bits, or int8 whose rows' scales are ks[s] and vs[s], else NULL).
      * Per (row, head): out (hd) = softmax(q . k_s * scale) @ v (int8: k_s = ks[s] * k8_s, v_s = vs[s] * v8_s),
-     * written to out + r*ldo + h*hd, with exactly the numbers the same row would get alone (nr = 1): a row's
-     * result never depends on the tile it is in. scratch: BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats, 64-byte
-     * aligned.
+     * only its columns [c0, c1) (0 <= c0 < c1 <= hd; c0 and c1 multiples of 8 unless they are 0 and hd), written to
+     * out + r*ldo + h*hd + c, with exactly the numbers the same row would get alone (nr = 1) and with all hd
+     * columns: a row's result never depends on the tile or the column range it is in. scratch:
+     * BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats, 64-byte aligned.
      * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
-                       int kv, const float *ks, const float *vs, const int *ends, float scale, float *scratch,
-                       float *out, size_t ldo);
+                       int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
+                       float *scratch, float *out, size_t ldo);
     /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):

@@ -95,21 +95,26 @@ def test_a_forward_after_a_prefix_matches_numpy_reference(model, isa, kv, kind):
     assert agrees_kv(out, want, kv)
 
 
-@pytest.fixture(scope="module")
-def odd_heads(tmp_path_factory):
-    """3 KV heads of 4 query heads each and a long context: a decode token's attention is shared between threads
-    and its 3 items do not share out evenly over 2 threads, so each is split in two halves of its query heads."""
-    return _engine_model(tmp_path_factory, "odd", hidden_size=192, intermediate_size=64, num_attention_heads=12,
-                         num_key_value_heads=3, max_position_embeddings=512, seed=8)
+@pytest.fixture(scope="module", params=["3kv_hd16", "2kv_hd48"])
+def odd_heads(request, tmp_path_factory):
+    """KV heads that do not share out evenly over the threads, and a long context (so a decode token's attention is
+    shared between threads): 3 KV heads of 4 query heads (head size 16) on 2 threads, 2 KV heads of 2 query heads
+    (head size 48) on 3 threads. schedule.c splits the units left over into one item per thread, each with its part
+    of the value columns: halves of 8 columns, thirds of 16."""
+    if request.param == "3kv_hd16":
+        return _engine_model(tmp_path_factory, "odd", hidden_size=192, intermediate_size=64, num_attention_heads=12,
+                             num_key_value_heads=3, max_position_embeddings=512, seed=8)
+    return _engine_model(tmp_path_factory, "odd48", hidden_size=192, intermediate_size=64, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=512, seed=9)
 
 
 @pytest.mark.parametrize("isa", PATHS)
 @pytest.mark.parametrize("kv", ["f16", "i8"])
-def test_splitting_a_groups_query_heads_between_items_changes_no_logit(odd_heads, isa, kv):
-    """schedule.c: with 1 thread nothing is split, with 2 a decode token's (kv head) items are split into halves of
-    their query heads, with 3 they are not (3 items): the logits are the same bit for bit, and they agree with
-    the numpy reference (the fp16 cache's: over 420 positions the int8 cache's rounding ties, see agrees_kv, pile up
-    in a random model; its agreement is checked on shorter forwards above)."""
+def test_splitting_a_units_value_columns_between_items_changes_no_logit(odd_heads, isa, kv):
+    """With 1 thread nothing is split; with 2 and 3 threads the decode token's leftover (kv head) units are split
+    into parts of their value columns on one model or the other, or not: the logits are the same bit for bit, and
+    they agree with the numpy reference (the fp16 cache's: over 420 positions the int8 cache's rounding ties, see
+    agrees_kv, pile up in a random model; its agreement is checked on shorter forwards above)."""
     ef, ref = odd_heads
     ids = ids_for(ef, 420, seed=3)
 
