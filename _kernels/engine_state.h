@@ -94,7 +94,6 @@ struct bn_engine {
     int xn_ld;                     /* row stride of xn: max(Dp, Ip) */
     int kv;                        /* the KV cache's elements: enum bn_kv (float32, IEEE half, int8) */
     float *k_scale, *v_scale;      /* int8 cache: (L, G, C) each row's scale (absmax / 127), else NULL */
-    size_t cache_bytes;            /* of each of k_cache and v_cache (kv_memory.c) */
     void *k_cache, *v_cache;       /* (L, G, C, hd) of kv's type: each head's rows contiguous, so an attention
                                       item streams them (with (L, C, G*hd) it read 1 row in G: ~2x slower at 4k) */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
@@ -137,9 +136,6 @@ static inline double now_s(void) {
 void bn_token_stage(bn_engine *e, int l, layer_stage s, int t); /* stage s of layer l for token t (KIND_TOKENS) */
 /* tokens [t0, t0 + nr), kv head g, its query heads [h0, h0 + nh) of the group */
 void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int c0, int c1, int thread);
-/* kv_memory.c: the KV cache's zeroed memory (huge pages where the OS gives them), and its release */
-void *bn_kv_alloc(size_t bytes);
-void bn_kv_free(void *p, size_t bytes);
 void bn_matmul_item(bn_engine *e, const stage *st, int i);      /* item i of a matrix stage */
 void bn_head_norm_item(bn_engine *e, int r);                     /* logit row r's final norm */
 

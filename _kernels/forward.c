@@ -399,9 +399,10 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_thr
     e->vp = ROUND16(m->vocab);
     e->xn_ld = e->dp > e->ip ? e->dp : e->ip;
     const size_t rows = (size_t)m->n_layers * ctx * m->n_kv_heads;
-    e->cache_bytes = rows * m->head_dim * kv_elem_bytes(kv);
-    e->k_cache = bn_kv_alloc(e->cache_bytes);
-    e->v_cache = bn_kv_alloc(e->cache_bytes);
+    /* calloc: untouched pages cost no memory, so the cache's memory grows with the context. (On transparent huge
+     * pages, taken 2 MB at a time, the attention of a 2B-4T token at 4,000 positions was only ~4% faster.) */
+    e->k_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv));
+    e->v_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv));
     if (kv == BN_KV_I8) {
         e->k_scale = calloc(rows, sizeof(float));
         e->v_scale = calloc(rows, sizeof(float));
@@ -446,8 +447,7 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_thr
 void bn_engine_free(bn_engine *e) {
     if (!e) return;
     bn_pool_free(e->pool);
-    free(e->layers); bn_kv_free(e->k_cache, e->cache_bytes); bn_kv_free(e->v_cache, e->cache_bytes);
-    free(e->k_scale); free(e->v_scale);
+    free(e->layers); free(e->k_cache); free(e->v_cache); free(e->k_scale); free(e->v_scale);
     free(e->rope_cos); free(e->rope_sin);
     free(e->x); free(e->xn); free(e->qkv); free(e->att); free(e->proj); free(e->gu);
     free(e->xq); free(e->xsum); free(e->xinv); free(e->scores); free(e->logit_buf); free(e->q_last); free(e->stages);
