@@ -850,7 +850,9 @@ static inline __attribute__((always_inline)) void scores_run(const float *qa, co
 /* oa[c0, c0 + 8*NC) += sum_s pa[s] * v_s over s < n (rows v + s*ld), and the same for ob, pb when NH = 2 (each
  * value row loaded once for both heads). Per column one FMA chain in s order, as one head alone gives it.
  * fresh: the first tile, whose chains start from zero instead of loading oa (which then need not be cleared
- * first: a load right after memset's stores waits for them, ~15% of the attention's time). */
+ * first: a load right after memset's stores waits for them, ~15% of the attention's time). PF (a pass that reads
+ * the cache itself): prefetch pf_cols columns from c0 of each row ahead (prefetch_ahead), 0: none (a later pass
+ * over the same rows). */
 static inline __attribute__((always_inline)) void values_cols(const float *pa, const float *pb, const int NH, int n,
                                                               const void *v, size_t ld, const int kv, int c0,
                                                               const int NC, float *oa, float *ob, float *keep, int hd,
@@ -910,7 +912,8 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
  *   3. out = p . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
  *      changes no bit of them)
  * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
- * the fp16 cache and keeping the converted tile for the others. */
+ * the fp16 cache and keeping the converted tile for the others; that first reader prefetches the rows ahead (PF). Pass 3
+ * computes the columns [c0, c1) of each head's output only. */
 #define KEY_TILE BN_ATTN_KEY_TILE
 
 /* p[s] *= sc[s] for s < n */
