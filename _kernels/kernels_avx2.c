@@ -912,7 +912,9 @@ static inline __attribute__((always_inline)) void values_run(const float *pa, co
  *   3. out = p . v, tile by tile (the first tile starts the sums; later tiles carry them on through out, which
  *      changes no bit of them)
  * In passes 1 and 3 the row with the largest end goes first (it sees every key of the tile), with its first head (pair) reading
- * the fp16 cache and keeping the converted tile for the others; that first reader prefetches the rows ahead (PF). Pass 3
+ * the fp16 cache and keeping the converted tile for the others; that first reader prefetches the rows ahead (PF, a
+ * constant in each copy of the passes: as a run-time flag the decode attention at 4,000 positions took 14.0-14.5 ms
+ * instead of 11.9-12.4, session 23). Pass 3
  * computes the columns [c0, c1) of each head's output only. */
 #define KEY_TILE BN_ATTN_KEY_TILE
 
