@@ -72,6 +72,7 @@ static bn_kernels avx512_table;
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 static void build_avx512_table(void) {
     avx512_table = bn_kernels_avx512;
+    avx512_table.trit5_windows = bn_avx512_trit5_windows();
     if (!avx512_table.attend_rows) avx512_table.attend_rows = bn_kernels_avx2.attend_rows;
     if (!avx512_table.max_first) avx512_table.max_first = bn_kernels_avx2.max_first;
     if (!avx512_table.expsum) avx512_table.expsum = bn_kernels_avx2.expsum;

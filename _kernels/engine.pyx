@@ -249,8 +249,10 @@ cdef class CEngine:
 cdef extern from "kernels.h":
     ctypedef struct bn_kernels:
         const char *name
+        int trit5_windows
     const bn_kernels *bn_select_kernels(const char *force)
     const char *bn_kernel_path_name(int i)
+    void bn_trit5_translate(uint8_t *bytes, size_t n) nogil
 
 
 def kernel_paths():
@@ -268,6 +270,21 @@ def kernel_name(str isa=""):
     if k == NULL:
         raise ValueError(f"kernel path {isa!r} is not supported on this CPU (or unknown)")
     return k.name.decode()
+
+
+def reads_trit5_windows(str isa=""):
+    """Whether the kernel path `isa` resolves to reads 1.6-bit tiles in the window code (_kernels/trit5_windows.c),
+    so that an engine on it needs the file's tiles translated (translate_trit5) first. False for a path this CPU
+    cannot run (the engine then says so)."""
+    cdef const bn_kernels *k = bn_select_kernels(isa.encode())
+    return k != NULL and bool(k.trit5_windows)
+
+
+def translate_trit5(uint8_t[::1] codes):
+    """1.6-bit tile bytes as the engine file holds them -> the window code, in place (a byte table; ~1 GB/s)."""
+    if codes.shape[0]:
+        with nogil:
+            bn_trit5_translate(&codes[0], codes.shape[0])
 
 
 def read_roof_gb_s(int threads, int megabytes=256, int passes=3):

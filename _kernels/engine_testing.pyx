@@ -19,6 +19,7 @@ cdef extern from "kernels.h":
         void (*ternary5_matmul)(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                 const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
         void (*unpack5)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) nogil
+        int trit5_windows
         void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                             const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy) nogil
         void (*bf16_matmul)(const uint16_t *w, int k, const float *x, int T, int n0, int n1, float *y, int ldy) nogil
@@ -35,6 +36,8 @@ cdef extern from "kernels.h":
         double (*scale_row)(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) nogil
         int (*select_at_least)(const double *w, int n, double t, int *out) nogil
     const bn_kernels *bn_select_kernels(const char *force)
+    void bn_trit5_translate(uint8_t *bytes, size_t n) nogil
+    int bn_trit5_window_digit(unsigned q, int d)
     void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
                         int64_t *ids, double *probs) nogil
     int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double temperature, int top_k, double top_p,
@@ -48,6 +51,18 @@ cdef const bn_kernels *_kernels(str isa) except NULL:
     return k
 
 
+cdef cnp.ndarray _as_read(const bn_kernels *k, cnp.ndarray codes):
+    """1.6-bit tiles as packing.py writes them -> the bytes k's kernels read: a translated copy where k reads the
+    window code (as the engine translates a file's tiles when it loads them), else the same array."""
+    if not k.trit5_windows:
+        return codes
+    out = np.array(codes, dtype=np.uint8, order="C")
+    cdef uint8_t[::1] flat = out.reshape(-1)
+    if flat.shape[0]:
+        bn_trit5_translate(&flat[0], flat.shape[0])
+    return out
+
+
 cdef object _ternary(const bn_kernels *k, bint five, cnp.ndarray codes, cnp.ndarray scale, cnp.ndarray xq):
     """y (T, Np) of the 2-bit (five false) or 1.6-bit kernel, with xinv = 1; shapes checked by the callers."""
     cdef int np_ = codes.shape[0] * 16, kp = xq.shape[1], T = xq.shape[0]
@@ -58,6 +73,7 @@ cdef object _ternary(const bn_kernels *k, bint five, cnp.ndarray codes, cnp.ndar
     cdef float[::1] xi = xinv
     cdef float[:, ::1] yv = y
     if five:
+        codes = _as_read(k, codes)
         k.ternary5_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
                           &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
     else:
@@ -91,8 +107,18 @@ def kernel_unpack5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, int kp
         raise ValueError("shape mismatch")
     out = np.zeros((codes.shape[0], kp // 16, 64), dtype=np.uint8)
     cdef uint8_t[:, :, ::1] ov = out
+    codes = _as_read(k, codes)
     if codes.shape[0]:
         k.unpack5(<const uint8_t *>codes.data, kp, codes.shape[0], &ov[0, 0, 0])
+    return out
+
+
+def trit5_window_digits():
+    """The five codes of each of the 256 bytes of the window code (_kernels/trit5_windows.c): uint8 (256, 5)."""
+    out = np.zeros((256, 5), dtype=np.uint8)
+    for q in range(256):
+        for d in range(5):
+            out[q, d] = bn_trit5_window_digit(q, d)
     return out
 
 

@@ -36,6 +36,10 @@ typedef struct {
     /* n_tiles consecutive row tiles of 1.6-bit codes (G5 groups each) -> the 2-bit tiles of the same weights
      * (kp/16 groups each): the reference of the batch path, and its first step. */
     void (*unpack5)(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2);
+    /* 1 when ternary5_matmul and unpack5 read 1.6-bit tiles in the window code (trit5_windows.c: AVX-512 with VBMI
+     * and GFNI, and AMX on such a CPU), which the engine translates the file's bytes into as it loads them; 0 when
+     * they read the file's bytes as they are. Set by dispatch.c. */
+    int trit5_windows;
     /* Int8 head tiles (Np/16, Kp/4, 64) @ xq (T, Kp) -> y (T, ldy) for rows [n0, n1) (multiples of 16):
      * y[t, n] = (sum_k w8[n, k] * xq[t, k]) * xinv[t] * row_scale[n]; rowsum[n] = sum_k w8[n, k] */
     void (*int8_matmul)(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
@@ -152,6 +156,13 @@ void bn_ternary5_batch(bn_unpack5_fn unpack5, bn_ternary_fn matmul2, bn_ternary_
                        int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum, const float *xinv,
                        int T, int n0, int n1, float *y, int ldy);
 
+/* trit5_windows.c: the window code of 1.6-bit tiles. Its three tables (128 entries each): c0 * 3 + c1 by q & 127,
+ * c2 * 3 + c3 by q >> 1, c4 by q without bit 2; digit d (0..4) of a window byte; and the file's bytes translated in
+ * place into window bytes. */
+extern const uint8_t bn_trit5_pairs_low[128], bn_trit5_pairs_high[128], bn_trit5_last[128];
+int bn_trit5_window_digit(unsigned q, int d);
+void bn_trit5_translate(uint8_t *bytes, size_t n);
+
 extern const bn_kernels bn_kernels_portable;
 #ifdef BN_HAVE_X86
 extern const bn_kernels bn_kernels_avx2;
@@ -164,6 +175,9 @@ void bn_avxvnni_emulated_ternary5_matmul(const uint8_t *codes, int kp, const flo
                                          const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
 void bn_avxvnni_emulated_int8_matmul(const int8_t *w, int kp, const float *row_scale, const int32_t *rowsum,
                                      const int8_t *xq, const float *xinv, int T, int n0, int n1, float *y, int ldy);
+/* kernels_avx512.c: whether its 1.6-bit kernels read the window code (this CPU has AVX512-VBMI and GFNI, and
+ * BITNET_NO_VBMI is not set); decided once */
+int bn_avx512_trit5_windows(void);
 #ifndef BN_NO_AVXVNNI /* setup.py defines it when the compiler has no -mavxvnni */
 void bn_avxvnni_ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                                const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);

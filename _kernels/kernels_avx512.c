@@ -199,19 +199,18 @@ static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2)
     BN_UNPACK5_TILES(unpack5_run, tiles5, kp, n_tiles, tiles2, 64);
 }
 
-/* The same unpacking with AVX512-VBMI's byte permutes (Zen 4, Ice Lake and later Intel; not Skylake-X or Cascade
- * Lake), about 3x fewer instructions: two 256-entry tables map each byte q to F4 = c0 | c1 << 2 | c2 << 4 | c3 << 6
+/* The same unpacking from the window code (trit5_windows.c) with AVX512-VBMI's byte permutes (Zen 4, Ice Lake and
+ * later Intel; not Skylake-X or Cascade Lake), about 3x fewer instructions: two 256-entry tables map each byte q to F4 = c0 | c1 << 2 | c2 << 4 | c3 << 6
  * (its first four codes as one 2-bit byte) and to C4 = c4 (each lookup: two 128-entry vpermi2b and a blend on bit 7
  * of q). Of 4 groups in, 5 groups out: out0 = F4(g0); out1 = C4(g0) | F4(g1) << 2; out2 = F4(g1) >> 6 | C4(g1) << 2 |
  * F4(g2) << 4; out3 = F4(g2) >> 4 | C4(g2) << 4 | F4(g3) << 6; out4 = F4(g3) >> 2 | C4(g3) << 6, each shift a 16-bit
  * one whose bits from the neighbouring byte a vpternlogd clears. */
-static uint8_t vbmi_tables[2][256]; /* [F4, C4][q] */
+static uint8_t vbmi_tables[2][256]; /* [F4, C4][q], q a byte of the window code (trit5_windows.c) */
 static pthread_once_t vbmi_once = PTHREAD_ONCE_INIT;
 static void fill_vbmi_tables(void) {
-    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
     for (unsigned q = 0; q < 256; q++) {
         unsigned c[BN_TRIT5_QUADS];
-        for (int d = 0; d < BN_TRIT5_QUADS; d++) c[d] = (3 * ((q * POW3[d]) & 255)) >> 8;
+        for (int d = 0; d < BN_TRIT5_QUADS; d++) c[d] = (unsigned)bn_trit5_window_digit(q, d);
         vbmi_tables[0][q] = (uint8_t)(c[0] | c[1] << 2 | c[2] << 4 | c[3] << 6);
         vbmi_tables[1][q] = (uint8_t)c[4];
     }
@@ -271,15 +270,21 @@ __attribute__((target("avx512vbmi"))) static void unpack5_vbmi(const uint8_t *ti
 #undef VBMI_RUN
 }
 
-/* The unpacking this CPU runs fastest (the path's table entry unpack5, the batches of ternary5_matmul). BITNET_NO_VBMI
- * (any value) keeps the plain one, so the tests run both on a VBMI machine. */
+/* Which 1.6-bit code this CPU's kernels read, and so which unpacking (the path's table entry unpack5, the batches of
+ * ternary5_matmul): with AVX512-VBMI and GFNI the window code (the engine translates the file's bytes as it loads
+ * them; dispatch.c puts the flag in the table), else the file's bytes as they are. BITNET_NO_VBMI (any value) keeps
+ * the file's bytes, so the tests run both on a VBMI machine. */
 static bn_unpack5_fn best_unpack5;
-static int have_vbmi; /* this CPU has AVX512-VBMI and BITNET_NO_VBMI is not set (ternary5_matmul's batches use it) */
+static int have_vbmi; /* the window code: this CPU has AVX512-VBMI and GFNI, and BITNET_NO_VBMI is not set */
 static pthread_once_t unpack5_once = PTHREAD_ONCE_INIT;
 static void choose_unpack5(void) {
     __builtin_cpu_init();
-    have_vbmi = __builtin_cpu_supports("avx512vbmi") && !getenv("BITNET_NO_VBMI");
+    have_vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni") && !getenv("BITNET_NO_VBMI");
     best_unpack5 = have_vbmi ? unpack5_vbmi : unpack5;
+}
+int bn_avx512_trit5_windows(void) {
+    pthread_once(&unpack5_once, choose_unpack5);
+    return have_vbmi;
 }
 static void unpack5_best(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2) {
     pthread_once(&unpack5_once, choose_unpack5);
@@ -418,8 +423,80 @@ __attribute__((target("avx512vbmi"))) static int ternary5_batch_vbmi(const uint8
     return 1;
 }
 
+/* One token from the window code (trit5_windows.c): each 64-byte group q gives its five digits by five 128-entry
+ * lookups (vpermi2b reads bits 0-6 of each index byte, bit 6 choosing the table's half): c0 and c1 by q, c2 and
+ * c3 by q >> 1 (a 16-bit shift: bit 7 takes the next byte's bit 0, which the lookup ignores), c4 by q with bit 2
+ * taken out (gf2p8affineqb moves bits 3-7 down one); then one vpdpbusd a digit, as the 2-bit kernel does with
+ * its fields. Half the vpdpbusd of ternary5_tile_1 and no byte adds: 17 instead of 25 vector instructions a
+ * group (Zen 4: ~2 a cycle). The same sums, exactly. */
+typedef struct {
+    __m512i digit[BN_TRIT5_QUADS][2]; /* digit d's 128-entry table as two registers */
+    __m512i drop_bit2;                /* the gf2p8affineqb matrix: bits 0, 1, 3..7 -> bits 0..6 */
+} window_luts;
+static uint8_t window_tables[BN_TRIT5_QUADS][128];
+static pthread_once_t window_once = PTHREAD_ONCE_INIT;
+static void fill_window_tables(void) {
+    for (int i = 0; i < 128; i++) {
+        window_tables[0][i] = bn_trit5_pairs_low[i] / 3;
+        window_tables[1][i] = bn_trit5_pairs_low[i] % 3;
+        window_tables[2][i] = bn_trit5_pairs_high[i] / 3;
+        window_tables[3][i] = bn_trit5_pairs_high[i] % 3;
+        window_tables[4][i] = bn_trit5_last[i];
+    }
+}
+static void load_window_luts(window_luts *t) {
+    pthread_once(&window_once, fill_window_tables);
+    for (int d = 0; d < BN_TRIT5_QUADS; d++)
+        for (int h = 0; h < 2; h++) t->digit[d][h] = _mm512_loadu_si512((const void *)(window_tables[d] + 64 * h));
+    /* gf2p8affineqb: output bit i is the parity of (byte 7 - i of the matrix) & the input byte */
+    uint64_t m = 0;
+    for (int i = 0; i < 7; i++) m |= (uint64_t)(1u << (i < 2 ? i : i + 1)) << (8 * (7 - i));
+    t->drop_bit2 = _mm512_set1_epi64((long long)m);
+}
+
+__attribute__((target("avx512vbmi,gfni"))) static inline __attribute__((always_inline)) void window_group(
+    const window_luts *t, __m512i q, const int8_t *xg, const int nd, __m512i acc[BN_TRIT5_QUADS]) {
+    const __m512i q1 = _mm512_srli_epi16(q, 1), q4 = _mm512_gf2p8affine_epi64_epi8(q, t->drop_bit2, 0);
+    const __m512i index[BN_TRIT5_QUADS] = {q, q, q1, q1, q4};
+#pragma GCC unroll 5
+    for (int d = 0; d < nd; d++) {
+        const __m512i c = _mm512_permutex2var_epi8(t->digit[d][0], index[d], t->digit[d][1]);
+        acc[d] = _mm512_dpbusd_epi32(acc[d], c, _mm512_set1_epi32(load_i32(xg + 4 * d)));
+    }
+}
+
+__attribute__((target("avx512vbmi,gfni"))) static void window_tile_1(const window_luts *t, const uint8_t *wt, int kp,
+                                                                     const int8_t *x, const float *row_scale,
+                                                                     int32_t xsum, float xinv, float *y) {
+    const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
+    const window_luts luts = *t; /* in registers for the loop */
+    __m512i acc[BN_TRIT5_QUADS];
+#pragma GCC unroll 5
+    for (int d = 0; d < BN_TRIT5_QUADS; d++) acc[d] = _mm512_setzero_si512();
+    for (int g = 0; g < full; g++) {
+        const uint8_t *p = wt + (size_t)g * 64;
+        _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
+        window_group(&luts, _mm512_loadu_si512((const void *)p), x + 20 * g, BN_TRIT5_QUADS, acc);
+    }
+    const uint8_t *last = wt + (size_t)full * 64;
+    switch (rest) { /* the last group's quads, when kp / 4 is not a multiple of 5 */
+        case 4: window_group(&luts, _mm512_loadu_si512((const void *)last), x + 20 * full, 4, acc); break;
+        case 3: window_group(&luts, _mm512_loadu_si512((const void *)last), x + 20 * full, 3, acc); break;
+        case 2: window_group(&luts, _mm512_loadu_si512((const void *)last), x + 20 * full, 2, acc); break;
+        case 1: window_group(&luts, _mm512_loadu_si512((const void *)last), x + 20 * full, 1, acc); break;
+        default: break;
+    }
+    const __m512i sum = _mm512_sub_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3])), acc[4]),
+        _mm512_set1_epi32(xsum));
+    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xinv)),
+                                      _mm512_loadu_ps(row_scale)));
+}
+
 static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                             const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    pthread_once(&unpack5_once, choose_unpack5);
     if (T > 1) {
         pthread_once(&unpack5_once, choose_unpack5);
         if (have_vbmi && ternary5_batch_vbmi(codes, kp, row_scale, xq, xsum, xinv, T, n0, n1, y, ldy)) return;
@@ -428,6 +505,14 @@ static void ternary5_matmul(const uint8_t *codes, int kp, const float *row_scale
         return;
     }
     const size_t tile_bytes = (size_t)bn_trit5_groups(kp) * 64;
+    if (have_vbmi) {
+        window_luts luts;
+        load_window_luts(&luts);
+        for (int tile = n0 / 16; tile < n1 / 16; tile++)
+            window_tile_1(&luts, codes + (size_t)tile * tile_bytes, kp, xq, row_scale + tile * 16, xsum[0], xinv[0],
+                          y + tile * 16);
+        return;
+    }
     for (int tile = n0 / 16; tile < n1 / 16; tile++)
         ternary5_tile_1(codes + (size_t)tile * tile_bytes, kp, xq, row_scale + tile * 16, xsum[0], xinv[0],
                         y + tile * 16);

@@ -53,6 +53,22 @@ def test_trit_bytes_decode_every_value_exactly():
     assert np.array_equal(256 * digits, 3 * t[:, :5] - t[:, 1:])
 
 
+def test_the_window_code_holds_every_digit_tuple_each_code_in_its_window():
+    """The window code (_kernels/trit5_windows.c), which the AVX-512 kernels with VBMI and GFNI read: the file's 243
+    bytes translate to 243 distinct bytes with the same five codes, and each code is a function of its 7-bit window
+    (flipping the bit its window leaves out never changes it), which is what lets one vpermi2b look it up."""
+    from bitnet_app import _engine, _engine_testing
+    digits = np.array(np.meshgrid(*[range(3)] * 5, indexing="ij")).reshape(5, -1).T   # (243, 5), c_0 first
+    window = packing.encode_trits(digits)
+    _engine.translate_trit5(window)
+    assert len(set(window.tolist())) == 243
+    codes = _engine_testing.trit5_window_digits()                                      # (256, 5)
+    assert np.array_equal(codes[window], digits)
+    q = np.arange(256)
+    for d, left_out in enumerate([7, 7, 0, 0, 2]):
+        assert np.array_equal(codes[q, d], codes[q ^ (1 << left_out), d])
+
+
 @pytest.mark.parametrize("n,k", SHAPES + [(16, 80), (16, 64), (32, 6912)])
 def test_ternary5_tiles_round_trip_and_padding(n, k):
     w = ternary(np.random.default_rng(n * 100 + k + 1), (n, k))

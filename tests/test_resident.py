@@ -5,7 +5,7 @@ import pytest
 
 from bitnet_app.engine import resident
 from bitnet_app.engine.runtime import Engine
-from test_engine import ids_for, tiny  # noqa: F401  (the module fixture)
+from test_engine import ids_for, tiny, tiny_hd16  # noqa: F401  (the module fixtures)
 from test_kernels import PATHS
 
 
@@ -45,6 +45,30 @@ def test_resident_and_mapped_weights_give_identical_logits(tiny, isa, head, monk
     assert not resident.huge_pages_available()
     mapped = Engine(ef, lm_head=head, isa=isa, threads=2).forward(ids, rows=range(len(ids)))
     np.testing.assert_array_equal(out, mapped)
+
+
+@pytest.mark.parametrize("isa", PATHS)
+def test_a_16bit_file_gives_one_set_of_logits_however_its_tiles_are_held(tiny_hd16, isa, monkeypatch):  # noqa: F811
+    """A path that reads the window code (_kernels/trit5_windows.c) gets the file's 1.6-bit tiles translated in
+    the resident copy, in a copy of the tiles alone when the weights stay mapped, or when there is no room for the
+    resident copy; every way gives the same logits, and the file's own bytes are left as they were."""
+    import errno
+    from bitnet_app.engine import runtime
+    ef, _ = tiny_hd16
+    assert ef.packing == "1.6bit"
+    before = {n: np.array(t) for n, t in ef.tensors.items() if n.endswith(".codes")}
+    ids = ids_for(ef, 9)
+    want = Engine(ef, isa=isa, threads=2).forward(ids, rows=range(len(ids)))
+
+    def no_memory(*args):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+    with monkeypatch.context() as m:
+        m.setattr(runtime, "shared_resident", no_memory)
+        np.testing.assert_array_equal(Engine(ef, isa=isa, threads=2).forward(ids, rows=range(len(ids))), want)
+    monkeypatch.setenv(resident.WEIGHTS_ENV, "mapped")
+    np.testing.assert_array_equal(Engine(ef, isa=isa, threads=2).forward(ids, rows=range(len(ids))), want)
+    for name, codes in before.items():
+        np.testing.assert_array_equal(ef.tensors[name], codes)
 
 
 def test_no_room_for_the_copy_falls_back_to_the_files_mmap(tiny, monkeypatch):  # noqa: F811

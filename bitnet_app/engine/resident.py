@@ -12,8 +12,13 @@ its mmap), so the file's pages are not also counted in the process's resident se
     streamed_names(tensors, lm_head) -> the tensors a forward reads whole (not the embedding, read a row a token)
     resident_tensors(ef, names)      -> {name: array}, read from the engine file into one anonymous mapping
                                         advised for huge pages
-    shared_resident(ef, names)       -> a Resident holding those arrays, shared by every engine of the same file
-                                        in this process (the app's Compare view opens a second engine: one copy)
+    shared_resident(ef, names, trit5_windows)
+                                     -> a Resident holding those arrays, shared by every engine of the same file
+                                        (and tile code) in this process (the app's Compare view opens a second
+                                        engine: one copy)
+    translate_trit5_tiles(tensors, names)
+                                     -> a 1.6-bit file's ternary tiles, in place, in the window code that the
+                                        AVX-512 kernels with VBMI and GFNI read (_kernels/trit5_windows.c)
 
 Where the OS has no MADV_HUGEPAGE (not Linux) nothing is copied and the engine reads the mmap as before.
 BITNET_WEIGHTS=mapped also keeps the mmap (for measuring the difference).
@@ -42,9 +47,19 @@ def huge_pages_available() -> bool:
     return hasattr(mmap, "MADV_HUGEPAGE") and os.environ.get(WEIGHTS_ENV, "resident") != "mapped"
 
 
-def resident_tensors(ef, names: list[str]) -> dict[str, np.ndarray]:
+def translate_trit5_tiles(tensors: dict, names: list[str]) -> None:
+    """The 1.6-bit ternary tiles among `names` (writable arrays of `tensors`) translated in place into the window
+    code that the AVX-512 kernels with VBMI and GFNI read (_kernels/trit5_windows.c)."""
+    from .. import _engine
+    for name in names:
+        if name.endswith(".codes"):
+            _engine.translate_trit5(tensors[name].reshape(-1))
+
+
+def resident_tensors(ef, names: list[str], trit5_windows: bool = False) -> dict[str, np.ndarray]:
     """The tensors `names` of EngineFile `ef` (same dtypes and shapes as ef.tensors) read from its file into one
-    private anonymous mapping, each at a multiple of ALIGN bytes; the mapping lives as long as any array does."""
+    private anonymous mapping, each at a multiple of ALIGN bytes; the mapping lives as long as any array does.
+    trit5_windows: a 1.6-bit file's ternary tiles translated into the window code (translate_trit5_tiles)."""
     offsets, total = {}, 0
     for name in names:
         offsets[name] = total
@@ -67,6 +82,8 @@ def resident_tensors(ef, names: list[str]) -> dict[str, np.ndarray]:
                     raise OSError(f"{ef.path} ended while reading {name}: the file changed after it was opened")
                 got += more
             out[name] = dst.view(src.dtype).reshape(src.shape)
+    if trit5_windows:
+        translate_trit5_tiles(out, names)
     return out
 
 
@@ -81,14 +98,15 @@ _shared = weakref.WeakValueDictionary()   # (file identity, names) -> Resident
 _shared_lock = threading.Lock()
 
 
-def shared_resident(ef, names: list[str]) -> Resident:
-    """resident_tensors(ef, names), made once per file and set of names while any engine still holds it. The file
-    is told apart by device, inode, size and modification time, so a file converted again gets a new copy."""
+def shared_resident(ef, names: list[str], trit5_windows: bool = False) -> Resident:
+    """resident_tensors(ef, names, trit5_windows), made once per file, set of names and tile code while any engine
+    still holds it. The file is told apart by device, inode, size and modification time, so a file converted again
+    gets a new copy."""
     st = os.stat(ef.path)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tuple(names))
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tuple(names), trit5_windows)
     with _shared_lock:
         held = _shared.get(key)
         if held is None:
-            held = Resident(resident_tensors(ef, names))
+            held = Resident(resident_tensors(ef, names, trit5_windows))
             _shared[key] = held
         return held

@@ -34,7 +34,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .file import EngineFile
-from .resident import huge_pages_available, shared_resident, streamed_names
+from .packing import PACKING_16BIT
+from .resident import huge_pages_available, shared_resident, streamed_names, translate_trit5_tiles
 from .validate import MAX_CONTEXT, NonFiniteLogits
 
 # forces a kernel path: a name of kernel_paths.py (else the dispatcher takes the best one the CPU has)
@@ -137,13 +138,22 @@ class Engine:
             raise ValueError(f"isa must be the name of a kernel path or None, not {isa!r}")
         isa = isa or os.environ.get(ISA_ENV) or None
         weights = SimpleNamespace(config=cfg, tensors=dict(ef.tensors), packing=ef.packing)
+        # A kernel path that reads 1.6-bit tiles in the window code (_kernels/trit5_windows.c) gets them translated.
+        windows = ef.packing == PACKING_16BIT and _engine.reads_trit5_windows(isa or "")
+        streamed = streamed_names(ef.tensors, lm_head)
+        translated = False
         if huge_pages_available():  # the streamed tensors from 2 MB pages: engine/resident.py says why
             try:
-                weights.resident = shared_resident(ef, streamed_names(ef.tensors, lm_head))  # kept by the engine
+                weights.resident = shared_resident(ef, streamed, windows)  # kept by the engine
                 weights.tensors.update(weights.resident.arrays)
+                translated = windows
             except (MemoryError, OSError) as exc:  # no room for the copy: read the mmap instead
                 if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
                     raise  # e.g. the file shrank since it was opened: reading its mmap would crash later
+        if windows and not translated:  # the tiles from the mmap: a translated copy of them alone
+            codes = [name for name in streamed if name.endswith(".codes")]
+            weights.tensors.update({name: np.array(weights.tensors[name]) for name in codes})
+            translate_trit5_tiles(weights.tensors, codes)
         self._weights = weights  # the arrays the C engine points into
         self._c = _engine.CEngine(weights, lm_head == "exact", KV_TYPES.index(kv), int(threads), isa, self.ctx)
         self.isa = self._c.isa
