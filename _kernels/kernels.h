@@ -28,6 +28,7 @@ typedef struct {
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy);
     /* The same product from the 1.6-bit tiles of W (Np/16, G5, 64), 5 codes a byte (bitnet_app/engine/packing.py;
      * G5 = bn_trit5_groups(kp)): the same y, bit for bit, as ternary_matmul on the 2-bit tiles of the same weights.
+     * The bytes are the file's, or the window code where trit5_windows says so (below).
      * One token is decoded straight from the packed bytes; a batch unpacks each chunk of row tiles once into 2-bit
      * tiles and runs ternary_matmul on them (bn_ternary5_batch), or, on AVX2 and on AVX-512 with VBMI, has its first
      * block of tokens unpack as it multiplies (kernels_avx2.c, kernels_avx512.c). Needs kp <= BN_TRIT5_MAX_KP. */

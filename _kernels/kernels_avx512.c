@@ -8,6 +8,10 @@
  *
  * Int8 head: each 64-byte group is 16 rows x 4 columns of s8 weights; activations are offset to u8
  * (x ^ 0x80 == x + 128), so the sum carries 128 * rowsum[n], removed at the end.
+ *
+ * 1.6-bit tiles: on a CPU with AVX512-VBMI and GFNI (Zen 4, Ice Lake and later) they arrive in the window code
+ * (trit5_windows.c; the engine translates the file's bytes once) and one token is decoded by lookups
+ * (window_tile_1); elsewhere (Skylake-X, Cascade Lake, or BITNET_NO_VBMI) in the file's code (ternary5_tile_1).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -126,7 +130,8 @@ static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale,
 
 /* ---------------------------------------------------------------- 1.6-bit tiles (5 codes a byte, packing.py)
  *
- * One token: a 64-byte group holds 16 rows x 20 columns; digit d of its bytes is the code of columns 4d + j. With
+ * One token from the file's code (CPUs without VBMI and GFNI; window_tile_1 below is the other): a 64-byte group
+ * holds 16 rows x 20 columns; digit d of its bytes is the code of columns 4d + j. With
  * t_d = q 3^d mod 256 (t_{d+1} = 3 t_d: two wrapping byte adds) the code is c_d = (3 t_d - t_{d+1}) / 256, so
  *   256 * sum_d c_d . x_d = 3 * sum_d t_d . x_d - sum_d t_{d+1} . x_d
  * and the codes are never formed: two vpdpbusd per digit (u8 t x s8 activations, as the 2-bit kernel's codes), one
@@ -469,7 +474,8 @@ __attribute__((target("avx512vbmi,gfni"))) static void window_tile_1(const windo
                                                                      const int8_t *x, const float *row_scale,
                                                                      int32_t xsum, float xinv, float *y) {
     const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
-    const window_luts luts = *t; /* in registers for the loop */
+    const window_luts luts = *t; /* in registers for the loop (two row tiles at a time, sharing each broadcast,
+                                    * was slower: 11.6 -> 13.5-15 ms for 2B-4T's layers; the compiler spills) */
     __m512i acc[BN_TRIT5_QUADS];
 #pragma GCC unroll 5
     for (int d = 0; d < BN_TRIT5_QUADS; d++) acc[d] = _mm512_setzero_si512();

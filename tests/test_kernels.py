@@ -130,19 +130,21 @@ def test_ternary5_matmul_is_the_2bit_matmul_bit_for_bit(isa, N, K, T):
     np.testing.assert_array_equal(_engine_testing.kernel_unpack5(isa, tiles5, kp), tiles2)
 
 
-def test_ternary5_unpacking_without_vbmi_is_the_same():
-    """kernels_avx512.c unpacks 1.6-bit tiles with AVX512-VBMI byte permutes where the CPU has them, else with
-    compares; BITNET_NO_VBMI keeps the compares, so a VBMI machine tests both: every path, in a process of its own
-    (the choice is made once per process), against numpy."""
+def test_ternary5_kernels_without_vbmi_are_the_same():
+    """kernels_avx512.c reads 1.6-bit tiles in the window code where the CPU has AVX512-VBMI and GFNI (one token by
+    lookups, batches unpacked with byte permutes), else in the file's code (one token by the 3A - B sums, unpacked
+    with compares); BITNET_NO_VBMI keeps the file's code, so a VBMI machine tests both: every path, one token and
+    batches, in a process of its own (the choice is made once per process), against numpy."""
     import subprocess
     import sys
     code = """
 import numpy as np
-from bitnet_app import _engine_testing
+from bitnet_app import _engine, _engine_testing
 from bitnet_app.engine import kernel_paths
 from bitnet_app.engine.packing import pack_ternary5_tiles, pack_ternary_tiles
+assert not any(_engine.reads_trit5_windows(isa) for isa in kernel_paths.supported())
 rng = np.random.default_rng(5)
-for n, k, T in ((32, 2560, 3), (48, 264, 9), (16, 6912, 2)):
+for n, k, T in ((32, 2560, 3), (48, 264, 9), (16, 6912, 2), (32, 2560, 1), (16, 88, 1)):
     w = rng.integers(-1, 2, size=(n, k)).astype(np.int8)
     t2, t5 = pack_ternary_tiles(w), pack_ternary5_tiles(w)
     x = rng.integers(-128, 128, size=(T, t2.shape[1] * 16)).astype(np.int8)

@@ -25,7 +25,9 @@ each int32 lane): a kernel decodes digit d into the register the 2-bit kernels g
 and columns, and the digits of the last group past Q, hold code 1 (weight 0). Two facts the kernels build on:
 t_{d+1} = 3 * t_d mod 256 (wrapping byte adds), and 256 * c_d = 3 * t_d - t_{d+1} (a dot product of the codes is
 a linear combination of dot products of the t_d, kernels_avx512.c). PACKINGS names both layouts; pack_tiles and
-unpack_tiles take either.
+unpack_tiles take either. In memory, the AVX-512 kernels of a CPU with VBMI and GFNI read these bytes translated
+into another code of the same 243 tuples, each digit a table lookup of 7 of the byte's bits (_kernels/trit5_windows.c,
+done when the engine loads the file: engine/runtime.py); the file always holds the code above.
 
 Hugging Face packed U8 layout (transformers `pack_weights`): blocked along output rows,
     W[s*P + r, c] = ((packed[r, c] >> 2*s) & 3) - 1,  P = N / 4.
