@@ -73,7 +73,6 @@ cdef object _ternary(const bn_kernels *k, bint five, cnp.ndarray codes, cnp.ndar
     cdef float[::1] xi = xinv
     cdef float[:, ::1] yv = y
     if five:
-        codes = _as_read(k, codes)
         k.ternary5_matmul(<const uint8_t *>codes.data, kp, <const float *>scale.data, <const int8_t *>xq.data,
                           &xs[0], &xi[0], T, 0, np_, &yv[0, 0], np_)
     else:
@@ -91,13 +90,21 @@ def kernel_ternary(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.nd
 
 
 def kernel_ternary5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.ndarray[float, ndim=1, mode="c"] scale,
-                    cnp.ndarray[int8_t, ndim=2, mode="c"] xq):
+                    cnp.ndarray[int8_t, ndim=2, mode="c"] xq, bint as_read=False):
     """1.6-bit tiles (Np/16, G5, 64) @ xq (T, Kp) -> (T, Np) float32, xinv = 1: kernel_ternary's numbers from the
-    other layout."""
+    other layout. The tiles as packing.py writes them, translated for a path that reads the window code; as_read:
+    already in the bytes the path reads (translate_trit5's, for timing the kernel alone)."""
     cdef int kp = xq.shape[1]
     if kp % 16 or codes.shape[1] != (kp // 4 + 4) // 5 or scale.shape[0] != codes.shape[0] * 16:
         raise ValueError("shape mismatch")
-    return _ternary(_kernels(isa), True, codes, scale, xq)
+    cdef const bn_kernels *k = _kernels(isa)
+    return _ternary(k, True, codes if as_read else _as_read(k, codes), scale, xq)
+
+
+def translate_trit5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes):
+    """1.6-bit tiles as packing.py writes them -> the bytes the path `isa` reads (a copy where it reads the window
+    code, else the same array)."""
+    return _as_read(_kernels(isa), codes)
 
 
 def kernel_unpack5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, int kp):

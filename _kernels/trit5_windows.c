@@ -11,7 +11,8 @@
  * Two codes can share a 7-bit window only while each of the 9 pairs finds 27 bytes among 128 x 2, and no three can,
  * hence the third window. The tables were found by a randomized search (each of the 81 cells of (c0 c1, c2 c3) given
  * at least three bytes), then a small SAT problem for LAST (each cell's bytes taking all three values of c4, with
- * bit 2 ignored); 13 of the 256 bytes are spare. tests/test_packing.py checks that every tuple has a byte.
+ * bit 2 ignored): tools/find_trit5_code.py prints them. 13 of the 256 bytes are spare. tests/test_packing.py checks
+ * that every tuple has a byte and that each code depends on its window alone.
  *
  * The engine translates a file's 1.6-bit tiles into this code once, when it loads them for such a path
  * (bn_trit5_translate, called through engine.pyx from engine/runtime.py), so the file format stays as it is.
