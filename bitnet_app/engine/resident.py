@@ -82,8 +82,8 @@ def resident_tensors(ef, names: list[str], trit5_windows: bool = False) -> dict[
                     raise OSError(f"{ef.path} ended while reading {name}: the file changed after it was opened")
                 got += more
             out[name] = dst.view(src.dtype).reshape(src.shape)
-    if trit5_windows:
-        translate_trit5_tiles(out, names)
+            if trit5_windows:  # each tensor as soon as it is read, while its last megabytes are still in cache
+                translate_trit5_tiles(out, [name])
     return out
 
 
