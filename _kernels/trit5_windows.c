@@ -52,8 +52,9 @@ static inline unsigned window_digit(unsigned q, int d) {
     }
 }
 
-/* file byte -> window byte, built once: each file byte's digits (its 243 values; the 13 others map to 0), then the
- * first window byte with those digits */
+/* file byte -> window byte, built once: the digits the file's code gives any byte (packing.py decode_trits: the 13
+ * bytes that encode_trits never writes decode to some tuple too, and are mapped to it, so a damaged file reads the
+ * same on every path), then the first window byte with those digits */
 static uint8_t to_window[256];
 static pthread_once_t to_window_once = PTHREAD_ONCE_INIT;
 static void build_to_window(void) {
@@ -65,11 +66,10 @@ static void build_to_window(void) {
         for (int d = 0; d < BN_TRIT5_QUADS; d++) v = 3 * v + window_digit(w, d);
         if (byte_of[v] < 0) byte_of[v] = (int)w;
     }
-    for (unsigned v = 0; v < 243; v++) { /* the file's encoding of v (packing.py encode_trits) */
-        const unsigned q = (256 * v + 242) / 243;
-        unsigned check = 0;
-        for (int d = 0; d < BN_TRIT5_QUADS; d++) check = 3 * check + ((3 * ((q * POW3[d]) & 255)) >> 8);
-        to_window[q] = (uint8_t)(check == v ? byte_of[v] : 0);
+    for (unsigned q = 0; q < 256; q++) {
+        unsigned v = 0;
+        for (int d = 0; d < BN_TRIT5_QUADS; d++) v = 3 * v + ((3 * ((q * POW3[d]) & 255)) >> 8);
+        to_window[q] = (uint8_t)byte_of[v];
     }
 }
 

@@ -67,6 +67,9 @@ def test_the_window_code_holds_every_digit_tuple_each_code_in_its_window():
     q = np.arange(256)
     for d, left_out in enumerate([7, 7, 0, 0, 2]):
         assert np.array_equal(codes[q, d], codes[q ^ (1 << left_out), d])
+    every = q.astype(np.uint8)    # the 13 bytes encode_trits never writes too (a damaged file): the same digits
+    _engine.translate_trit5(every)
+    assert np.array_equal(codes[every], packing.decode_trits(q.astype(np.uint8)))
 
 
 @pytest.mark.parametrize("n,k", SHAPES + [(16, 80), (16, 64), (32, 6912)])
