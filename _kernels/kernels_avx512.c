@@ -205,9 +205,9 @@ static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2)
 }
 
 /* The same unpacking from the window code (trit5_windows.c) with AVX512-VBMI's byte permutes (Zen 4, Ice Lake and
- * later Intel; not Skylake-X or Cascade Lake), about 3x fewer instructions: two 256-entry tables map each byte q to F4 = c0 | c1 << 2 | c2 << 4 | c3 << 6
- * (its first four codes as one 2-bit byte) and to C4 = c4 (each lookup: two 128-entry vpermi2b and a blend on bit 7
- * of q). Of 4 groups in, 5 groups out: out0 = F4(g0); out1 = C4(g0) | F4(g1) << 2; out2 = F4(g1) >> 6 | C4(g1) << 2 |
+ * later Intel; not Skylake-X or Cascade Lake), about 3x fewer instructions: two 256-entry tables map each byte q to
+ * F4 = c0 | c1 << 2 | c2 << 4 | c3 << 6 (its first four codes as one 2-bit byte) and to C4 = c4 (each lookup: two
+ * 128-entry vpermi2b and a blend on bit 7 of q). Of 4 groups in, 5 groups out: out0 = F4(g0); out1 = C4(g0) | F4(g1) << 2; out2 = F4(g1) >> 6 | C4(g1) << 2 |
  * F4(g2) << 4; out3 = F4(g2) >> 4 | C4(g2) << 4 | F4(g3) << 6; out4 = F4(g3) >> 2 | C4(g3) << 6, each shift a 16-bit
  * one whose bits from the neighbouring byte a vpternlogd clears. */
 static uint8_t vbmi_tables[2][256]; /* [F4, C4][q], q a byte of the window code (trit5_windows.c) */
