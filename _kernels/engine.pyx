@@ -281,7 +281,8 @@ def reads_trit5_windows(str isa=""):
 
 
 def translate_trit5(uint8_t[::1] codes):
-    """1.6-bit tile bytes as the engine file holds them -> the window code, in place (a byte table; ~1 GB/s)."""
+    """1.6-bit tile bytes as the engine file holds them -> the window code, in place (a byte table: 0.23 s for the
+    417 MB of a 2B model's tiles on Zen 4)."""
     if codes.shape[0]:
         with nogil:
             bn_trit5_translate(&codes[0], codes.shape[0])

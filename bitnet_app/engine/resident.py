@@ -10,8 +10,9 @@ them when the engine opens (~0.3 s per GB from the page cache). They are read fr
 its mmap), so the file's pages are not also counted in the process's resident set.
 
     streamed_names(tensors, lm_head) -> the tensors a forward reads whole (not the embedding, read a row a token)
-    resident_tensors(ef, names)      -> {name: array}, read from the engine file into one anonymous mapping
-                                        advised for huge pages
+    resident_tensors(ef, names, trit5_windows)
+                                     -> {name: array}, read from the engine file into one anonymous mapping
+                                        advised for huge pages (1.6-bit tiles translated when trit5_windows)
     shared_resident(ef, names, trit5_windows)
                                      -> a Resident holding those arrays, shared by every engine of the same file
                                         (and tile code) in this process (the app's Compare view opens a second
@@ -94,7 +95,7 @@ class Resident:
         self.arrays = arrays
 
 
-_shared = weakref.WeakValueDictionary()   # (file identity, names) -> Resident
+_shared = weakref.WeakValueDictionary()   # (file identity, names, tile code) -> Resident
 _shared_lock = threading.Lock()
 
 
