@@ -93,7 +93,7 @@ def kernel_ternary5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.n
                     cnp.ndarray[int8_t, ndim=2, mode="c"] xq, bint as_read=False):
     """1.6-bit tiles (Np/16, G5, 64) @ xq (T, Kp) -> (T, Np) float32, xinv = 1: kernel_ternary's numbers from the
     other layout. The tiles as packing.py writes them, translated for a path that reads the window code; as_read:
-    already in the bytes the path reads (translate_trit5's, for timing the kernel alone)."""
+    already in the bytes the path reads (codes_as_read's, for timing the kernel alone)."""
     cdef int kp = xq.shape[1]
     if kp % 16 or codes.shape[1] != (kp // 4 + 4) // 5 or scale.shape[0] != codes.shape[0] * 16:
         raise ValueError("shape mismatch")
@@ -101,7 +101,7 @@ def kernel_ternary5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes, cnp.n
     return _ternary(k, True, codes if as_read else _as_read(k, codes), scale, xq)
 
 
-def translate_trit5(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes):
+def codes_as_read(str isa, cnp.ndarray[uint8_t, ndim=3, mode="c"] codes):
     """1.6-bit tiles as packing.py writes them -> the bytes the path `isa` reads (a copy where it reads the window
     code, else the same array)."""
     return _as_read(_kernels(isa), codes)

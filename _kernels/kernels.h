@@ -117,6 +117,12 @@ typedef struct {
 #define BN_TRIT5_QUADS 5
 #define BN_TRIT5_MAX_KP 32752
 static inline int bn_trit5_groups(int kp) { return (kp / 4 + BN_TRIT5_QUADS - 1) / BN_TRIT5_QUADS; }
+/* Digit d (0..4) of a 1.6-bit byte q as the file holds it: the code (0, 1, 2) of quad 5g + d (packing.py
+ * decode_trits: c_d = 3 t_d >> 8, t_d = q 3^d mod 256) */
+static inline int bn_trit5_file_digit(unsigned q, int d) {
+    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
+    return (int)((3 * ((q * POW3[d]) & 255)) >> 8);
+}
 /* The unpacking of one 1.6-bit row tile (in, G5 groups) into 2-bit groups (out), as the SIMD files write it: quad m
  * goes from digit m % 5 of group m / 5 to field m % 4 of group m / 4, a pattern that repeats every 20 quads (4 groups
  * in, 5 out). RUN(in, out, nq) unpacks nq quads (a multiple of 4, at most 20) from the start of its arguments, with

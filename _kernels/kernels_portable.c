@@ -28,12 +28,6 @@ static void tile_dot2(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16
     }
 }
 
-/* Digit d (0..4) of a 1.6-bit byte q: the code (0, 1, 2) of quad 5g + d (packing.py decode_trits). */
-static inline int trit(unsigned q, int d) {
-    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
-    return (int)((3 * ((q * POW3[d]) & 255)) >> 8);
-}
-
 /* the same from 1.6-bit codes (groups of 20 columns, the last one possibly partial) */
 static void tile_dot5(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16]) {
     const int quads = kp / 4;
@@ -41,7 +35,7 @@ static void tile_dot5(const uint8_t *wt, int kp, const int8_t *x, int32_t acc[16
         const int nd = quads - 5 * g < BN_TRIT5_QUADS ? quads - 5 * g : BN_TRIT5_QUADS;
         for (int i = 0; i < 16; i++)
             for (int j = 0; j < 4; j++)
-                for (int d = 0; d < nd; d++) acc[i] += trit(wt[g * 64 + 4 * i + j], d) * x[4 * (5 * g + d) + j];
+                for (int d = 0; d < nd; d++) acc[i] += bn_trit5_file_digit(wt[g * 64 + 4 * i + j], d) * x[4 * (5 * g + d) + j];
     }
 }
 
@@ -76,7 +70,7 @@ static void unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2)
         for (int m = 0; m < quads; m++)
             for (int b = 0; b < 64; b++) {
                 uint8_t *o = out + (m / 4) * 64 + b;
-                const unsigned field = (unsigned)trit(in[(m / 5) * 64 + b], m % 5) << (2 * (m % 4));
+                const unsigned field = (unsigned)bn_trit5_file_digit(in[(m / 5) * 64 + b], m % 5) << (2 * (m % 4));
                 *o = (uint8_t)(m % 4 ? *o | field : field);
             }
     }

@@ -58,7 +58,6 @@ static inline unsigned window_digit(unsigned q, int d) {
 static uint8_t to_window[256];
 static pthread_once_t to_window_once = PTHREAD_ONCE_INIT;
 static void build_to_window(void) {
-    static const unsigned POW3[BN_TRIT5_QUADS] = {1, 3, 9, 27, 81};
     int byte_of[243];
     for (int v = 0; v < 243; v++) byte_of[v] = -1;
     for (unsigned w = 0; w < 256; w++) {
@@ -68,7 +67,7 @@ static void build_to_window(void) {
     }
     for (unsigned q = 0; q < 256; q++) {
         unsigned v = 0;
-        for (int d = 0; d < BN_TRIT5_QUADS; d++) v = 3 * v + ((3 * ((q * POW3[d]) & 255)) >> 8);
+        for (int d = 0; d < BN_TRIT5_QUADS; d++) v = 3 * v + (unsigned)bn_trit5_file_digit(q, d);
         to_window[q] = (uint8_t)byte_of[v];
     }
 }

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
-    mats = [(t2, _engine_testing.translate_trit5(a.isa, t5), scale, k) for t2, t5, scale, k in layer_matrices(a.layers)]
+    mats = [(t2, _engine_testing.codes_as_read(a.isa, t5), scale, k) for t2, t5, scale, k in layer_matrices(a.layers)]
     rng = np.random.default_rng(1)
     for T in (int(t) for t in a.tokens.split(",")):
         x = {k: rng.integers(-128, 128, size=(T, k), dtype=np.int8) for k in {k for _, _, _, k in mats}}
