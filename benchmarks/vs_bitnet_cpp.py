@@ -9,6 +9,10 @@ The anchor is a bitnet.cpp build made outside this repository by the recipe in s
     build-new-i2s/bin/llama-bench
     models/bitnet2b4t-dummy-i2_s.gguf         I2_S ternary tiles + F16 token_embd = tied lm_head (the official layout)
     models/bitnet2b4t-dummy-i2_s-embq6k.gguf  the same with a Q6_K lm_head (used when present)
+    build-new-tl2/bin/llama-bench + models/bitnet2b4t-dummy-tl2.gguf   TL2, bitnet.cpp's x86 AVX2 lookup-table kernels
+                                              (1.67 bits a weight; steps src-new-tl2 build-new-tl2 model-tl2; used when
+                                              present, for tgN only: its batched forwards are wrong upstream, see the
+                                              recipe's README)
 Ours: the random 2B-4T engine file of `python -m bitnet_app bench --synthetic 2b4t`, with the int8 head (the
 default) and the exact bf16 head, fp16 KV cache (llama-bench's default KV type is f16 too).
 The two engines hold different random weights of the same shape: neither's speed depends on the values.
@@ -54,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 from benchmarks.run_benchmarks import build_ceiling
 from benchmarks.training_pause import TrainingPause, raise_on_signal, training_pid
@@ -63,10 +68,23 @@ REPO = os.path.dirname(HERE)
 RETRIES = 1      # runs again of an invocation that other processes disturbed
 
 LLAMA_BENCH = "build-new-i2s/bin/llama-bench"
-# bitnet.cpp variants: name -> (model file under the anchor, lm_head format, required)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A bitnet.cpp configuration: its model file and llama-bench build under the anchor."""
+    model: str
+    head: str                  # the lm_head's format, for the tables
+    required: bool = False     # the sitting refuses to start without it
+    bench: str = LLAMA_BENCH
+    decode_only: bool = False  # its ppN figures are not to be trusted: run only tgN
+
+
 THEIRS = {
-    "bitnet.cpp I2_S, F16 head": ("models/bitnet2b4t-dummy-i2_s.gguf", "F16 (tied token_embd)", True),
-    "bitnet.cpp I2_S, Q6_K head": ("models/bitnet2b4t-dummy-i2_s-embq6k.gguf", "Q6_K (6.56 bits, tied)", False),
+    "bitnet.cpp I2_S, F16 head": Variant("models/bitnet2b4t-dummy-i2_s.gguf", "F16 (tied token_embd)", required=True),
+    "bitnet.cpp I2_S, Q6_K head": Variant("models/bitnet2b4t-dummy-i2_s-embq6k.gguf", "Q6_K (6.56 bits, tied)"),
+    "bitnet.cpp TL2, F16 head": Variant("models/bitnet2b4t-dummy-tl2.gguf", "F16 (tied token_embd)",
+                                        bench="build-new-tl2/bin/llama-bench", decode_only=True),
 }
 # our settings: name -> (lm_head argument of Engine, lm_head format)
 OURS = {
@@ -85,19 +103,19 @@ def default_anchor() -> str:
 
 
 def check_anchor(anchor: str) -> dict:
-    """{variant name: model path} of the bitnet.cpp variants present under `anchor`, plus "llama-bench": its path.
-    Raises AnchorMissing naming every missing required part and the commands that build them."""
+    """{variant name: (llama-bench path, model path)} of the bitnet.cpp variants present under `anchor` (a variant
+    is present when both its files are). Raises AnchorMissing naming every missing part of the required variants
+    and the commands that build them."""
     anchor = os.path.abspath(os.path.expanduser(anchor))
-    bench = os.path.join(anchor, LLAMA_BENCH)
-    found, missing = {"llama-bench": bench}, []
-    if not (os.path.isfile(bench) and os.access(bench, os.X_OK)):
-        missing.append(bench)
-    for name, (rel, _fmt, required) in THEIRS.items():
-        path = os.path.join(anchor, rel)
-        if os.path.isfile(path):
-            found[name] = path
-        elif required:
-            missing.append(path)
+    found, missing = {}, []
+    for name, v in THEIRS.items():
+        bench, model = os.path.join(anchor, v.bench), os.path.join(anchor, v.model)
+        lacks = ([] if os.path.isfile(bench) and os.access(bench, os.X_OK) else [bench]) \
+            + ([] if os.path.isfile(model) else [model])
+        if not lacks:
+            found[name] = (bench, model)
+        elif v.required:
+            missing += [p for p in lacks if p not in missing]
     if missing:
         raise AnchorMissing(
             f"bitnet.cpp anchor not found or incomplete at {anchor}: missing\n"
@@ -292,6 +310,8 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
                 max_other: float, quiet_wait_s: float, say=print) -> dict:
     """Every (configuration, test) `rounds` times, interleaved; returns the raw records and the read roofs."""
     configs = interleaved(list(OURS), [n for n in THEIRS if n in theirs])
+    runs = lambda test, order: [n for n in order  # noqa: E731
+                                if n in OURS or not (THEIRS[n].decode_only and test.startswith("pp"))]
     records, roofs = [], []
     tmp = tempfile.TemporaryDirectory(prefix="vs-bitnet-cpp-")  # the compiled readbw
     readbw = build_ceiling("readbw", tmp.name)
@@ -308,11 +328,11 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
     roof("start")
     for rnd in range(rounds):
         for test in tests:
-            for name in configs if rnd % 2 == 0 else configs[::-1]:
+            for name in runs(test, configs if rnd % 2 == 0 else configs[::-1]):
                 if name in OURS:
                     cmd = python_child(f"measure_ours({ours_path!r}, {test!r}, {OURS[name][0]!r}, {threads}, {repeats})")
                 else:
-                    cmd = llama_bench_command(theirs["llama-bench"], theirs[name], test, threads, repeats)
+                    cmd = llama_bench_command(*theirs[name], test, threads, repeats)
                 out, load = invoke_quietly(cmd, max_other, quiet_wait_s, say)
                 if name in OURS:
                     rec = json.loads(out.strip().splitlines()[-1])
@@ -353,14 +373,20 @@ def ratios(summary: dict) -> dict:
     """{test: {label: ours median / theirs median}} for the pairs worth stating."""
     pairs = [("ours int8 / theirs F16", "ours, int8 head", "bitnet.cpp I2_S, F16 head"),
              ("ours int8 / theirs Q6_K", "ours, int8 head", "bitnet.cpp I2_S, Q6_K head"),
+             ("ours int8 / theirs TL2", "ours, int8 head", "bitnet.cpp TL2, F16 head"),
              ("ours bf16 / theirs F16 (both 16-bit heads)", "ours, exact bf16 head", "bitnet.cpp I2_S, F16 head")]
-    return {test: {label: by[a]["median"] / by[b]["median"] for label, a, b in pairs if a in by and b in by}
-            for test, by in summary.items()}
+    out = {}
+    for test, by in summary.items():
+        out[test] = {label: by[a]["median"] / by[b]["median"] for label, a, b in pairs if a in by and b in by}
+        best = max((n for n in by if n in THEIRS), key=lambda n: by[n]["median"], default=None)
+        if best and "ours, int8 head" in by:  # issue 34's bar: against bitnet.cpp's fastest variant of the sitting
+            out[test]["ours int8 / theirs' best variant"] = by["ours, int8 head"]["median"] / by[best]["median"]
+    return out
 
 
 def markdown(result: dict) -> str:
     s, rt, roofs = result["summary"], result["ratios"], result["roofs"]
-    heads = {name: fmt for name, (_h, fmt) in OURS.items()} | {name: fmt for name, (_p, fmt, _r) in THEIRS.items()}
+    heads = {name: fmt for name, (_h, fmt) in OURS.items()} | {name: v.head for name, v in THEIRS.items()}
     bpt = result["bytes_per_token"]
     roof = max(r["readbw_gb_s"] for r in roofs)
     lines = [f"Machine: {result['machine']}; {result['threads']} threads; {result['date']}.",
@@ -400,7 +426,7 @@ def bytes_per_decode_token(records: list[dict], theirs: dict) -> dict:
     """{configuration: weight bytes one decode step reads}: ours from the measuring child (tiles + head);
     bitnet.cpp's = its GGUF's size (every tensor is read once per token, the tied token_embd as the head)."""
     out = {r["config"]: r["bytes_per_token"] for r in records if r["config"] in OURS}
-    return out | {name: os.path.getsize(theirs[name]) for name in THEIRS if name in theirs}
+    return out | {name: os.path.getsize(theirs[name][1]) for name in THEIRS if name in theirs}
 
 
 def git_commit(git_dir: str | None) -> str:
@@ -467,7 +493,7 @@ def main(argv=None) -> int:
         signal.signal(sig, raise_on_signal)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     with synthetic_file("2b4t") as path:  # a kept copy in the cache is used as it is
-        say(f"ours: {path}; theirs: " + ", ".join(f"{n}: {p}" for n, p in theirs.items()))
+        say(f"ours: {path}; theirs: " + ", ".join(f"{n}: {m}" for n, (_b, m) in theirs.items()))
         t0 = time.time()
         result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
                   "machine": describe_machine(), "threads": args.threads, "commit": our_commit(),

@@ -121,9 +121,41 @@ def test_an_incomplete_anchor_names_only_what_is_missing(tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / "models/bitnet2b4t-dummy-i2_s.gguf").write_bytes(b"GGUF")
     found = vs.check_anchor(str(tmp_path))  # the Q6_K-head variant is optional
-    assert set(found) == {"llama-bench", "bitnet.cpp I2_S, F16 head"}
+    assert found == {"bitnet.cpp I2_S, F16 head": (str(bench), str(tmp_path / "models/bitnet2b4t-dummy-i2_s.gguf"))}
     (tmp_path / "models/bitnet2b4t-dummy-i2_s-embq6k.gguf").write_bytes(b"GGUF")
     assert "bitnet.cpp I2_S, Q6_K head" in vs.check_anchor(str(tmp_path))
+
+
+def test_the_tl2_variant_needs_its_own_build_and_runs_decode_only(tmp_path):
+    """TL2 (bitnet.cpp's AVX2 lookup-table kernels) has a llama-bench of its own; without it the variant is left
+    out, not run with the I2_S build."""
+    for rel in ("build-new-i2s/bin/llama-bench", "build-new-tl2/bin/llama-bench"):
+        (tmp_path / rel).parent.mkdir(parents=True)
+    i2s = tmp_path / "build-new-i2s/bin/llama-bench"
+    i2s.write_text("#!/bin/sh\n")
+    i2s.chmod(0o755)
+    (tmp_path / "models").mkdir()
+    for m in ("bitnet2b4t-dummy-i2_s.gguf", "bitnet2b4t-dummy-tl2.gguf"):
+        (tmp_path / "models" / m).write_bytes(b"GGUF")
+    assert "bitnet.cpp TL2, F16 head" not in vs.check_anchor(str(tmp_path))
+    tl2 = tmp_path / "build-new-tl2/bin/llama-bench"
+    tl2.write_text("#!/bin/sh\n")
+    tl2.chmod(0o755)
+    assert vs.check_anchor(str(tmp_path))["bitnet.cpp TL2, F16 head"] == \
+        (str(tl2), str(tmp_path / "models/bitnet2b4t-dummy-tl2.gguf"))
+    assert vs.THEIRS["bitnet.cpp TL2, F16 head"].decode_only and not vs.THEIRS["bitnet.cpp I2_S, F16 head"].decode_only
+
+
+def test_the_ratio_to_their_best_variant_takes_the_fastest_of_the_sitting():
+    def by(**medians):
+        return {name: {"median": m} for name, m in medians.items()}
+
+    s = {"tg64": by(**{"ours, int8 head": 30.0, "bitnet.cpp I2_S, F16 head": 20.0, "bitnet.cpp TL2, F16 head": 25.0}),
+         "pp32": by(**{"ours, int8 head": 100.0, "bitnet.cpp I2_S, F16 head": 50.0})}  # TL2: no pp figure
+    r = vs.ratios(s)
+    assert r["tg64"]["ours int8 / theirs' best variant"] == 30.0 / 25.0
+    assert r["tg64"]["ours int8 / theirs TL2"] == 30.0 / 25.0 and r["tg64"]["ours int8 / theirs F16"] == 1.5
+    assert r["pp32"] == {"ours int8 / theirs F16": 2.0, "ours int8 / theirs' best variant": 2.0}
 
 
 def test_a_llama_bench_that_cannot_run_is_missing(tmp_path):
@@ -151,7 +183,8 @@ def test_summary_and_ratios_come_from_the_undisturbed_samples():
     theirs = s["tg64"]["bitnet.cpp I2_S, F16 head"]
     assert (theirs["median"], theirs["n"], theirs["dropped"], theirs["other_max"]) == (10.0, 3, 0, 0.9)
     r = vs.ratios(s)["tg64"]
-    assert r == {"ours int8 / theirs F16": 2.0}  # no Q6_K run, no bf16 run: no ratio made up for them
+    # no Q6_K, TL2 or bf16 run: no ratio made up for them
+    assert r == {"ours int8 / theirs F16": 2.0, "ours int8 / theirs' best variant": 2.0}
 
 
 def test_other_load_is_the_machine_minus_the_child():
