@@ -116,3 +116,31 @@ def test_engines_of_one_file_share_one_resident_copy(tiny, tmp_path):  # noqa: F
     gc.collect()
     c = Engine(ef, threads=2)                  # the copy went with its engines; a new one has the same values
     np.testing.assert_array_equal(c._weights.tensors[name], kept)
+
+
+def _rss_kb_of_mapping_at(addr: int) -> int:
+    """Rss (KB) of the memory mapping of this process that holds address addr (/proc/self/smaps)."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0] if line.strip() else ""
+            if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms offset dev inode path"
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+def test_opening_a_file_leaves_none_of_its_checked_pages_in_memory(tiny):  # noqa: F811
+    """The open checks read the whole int8 head and the verified chunks through the file's mapping (the engine then
+    reads what it streams into its own copy): those pages leave the process's resident memory, where they counted
+    until exit (2B-4T: 1240 MB peak RSS instead of ~900), and a later read of them works as before."""
+    from bitnet_app.engine import EngineFile
+
+    ef = EngineFile(tiny[0].path, verify="full")  # a mapping of its own (the fixture's has been read by other tests)
+    head = ef.tensors["head.i8"]
+    assert head.nbytes >= 16 * 1024  # pages enough that a mapped head would show
+    assert _rss_kb_of_mapping_at(head.ctypes.data) == 0
+    np.testing.assert_array_equal(head, tiny[0].tensors["head.i8"])  # read again: from the OS's page cache
+    assert _rss_kb_of_mapping_at(head.ctypes.data) >= head.nbytes // 4096 * 4  # its whole pages, at least
