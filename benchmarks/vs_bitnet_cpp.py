@@ -310,8 +310,10 @@ def run_sitting(ours_path: str, theirs: dict, tests: list[str], rounds: int, rep
                 max_other: float, quiet_wait_s: float, say=print) -> dict:
     """Every (configuration, test) `rounds` times, interleaved; returns the raw records and the read roofs."""
     configs = interleaved(list(OURS), [n for n in THEIRS if n in theirs])
-    runs = lambda test, order: [n for n in order  # noqa: E731
-                                if n in OURS or not (THEIRS[n].decode_only and test.startswith("pp"))]
+
+    def runs(test: str, order: list[str]) -> list[str]:  # the configurations that run `test`, in this order
+        return [n for n in order if n in OURS or not (THEIRS[n].decode_only and test.startswith("pp"))]
+
     records, roofs = [], []
     tmp = tempfile.TemporaryDirectory(prefix="vs-bitnet-cpp-")  # the compiled readbw
     readbw = build_ceiling("readbw", tmp.name)
