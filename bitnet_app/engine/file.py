@@ -288,11 +288,12 @@ class EngineFile:
         layout = check_table(self.meta, size, _HEADER.size, where, TENSOR_ALIGN, DATA_ALIGN)
         check_meta(self.meta, where)
         check_tensor_set(self.meta["tensors"], self.config, where)
-        self._map = None
         if size:
             with open(path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self._mm = np.frombuffer(self._map, dtype=np.uint8) if size else np.zeros(0, np.uint8)
+            self._mm = np.frombuffer(self._map, dtype=np.uint8)
+        else:  # a zero-length file: mmap refuses one
+            self._map, self._mm = None, np.zeros(0, np.uint8)
         self._verify_data(layout, verify)
         self.tensors = {}
         for name, e in self.meta["tensors"].items():
