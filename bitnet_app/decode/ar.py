@@ -8,18 +8,17 @@ the sampling knobs; `sampler` replaces the one they describe (tests hand in the 
 
 Shapes: engine.forward(ids) -> (1, V) float32 logits of the last id; sampler.token takes (V,).
 
-Timing: time.perf_counter() around the work done inside the generator (forwards, sampling,
+Timing: a Stopwatch (stopwatch.py) around the work done inside the generator (forwards, sampling,
 detokenizing), never across a `yield`, so a slow consumer does not change the figures.
 
 Cache: `kv_ids` (optional, a list the caller owns) names the ids whose K/V fill the engine's committed
 positions [0, len(kv_ids)); the generator reuses the common prefix with the prompt and keeps the
 list exact after every forward, so closing the generator at any yield leaves both consistent.
 """
-import time
-
 from .context import check_prompt_fits, reusable_prefix
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Token
 from .sampling import Sampler
+from .stopwatch import Stopwatch
 
 
 def _forward_commit(engine, ids, start, kv_ids):
@@ -43,64 +42,56 @@ def generate_ar(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detoke
     stop_set = {int(i) for i in stop_ids}
     budget = min(int(max_new_tokens), engine.ctx - len(prompt))  # the whole reply stays inside the context
 
-    clock = time.perf_counter
-    busy = 0.0              # seconds of work inside the generator so far
-    ttft = prefill_s = 0.0
-    forwards = 0
-    out: list[int] = []     # generated ids, stop excluded
-    context = list(prompt)  # what the repetition penalty looks at
-    stop_reason = STOP_LENGTH
-
     if budget <= 0:
         reason = STOP_LENGTH if max_new_tokens <= 0 else STOP_CONTEXT
         yield Done(_stats(0, 0, 0.0, 0.0, 0.0, len(prompt), 0), reason, "", [])
         return
 
+    work, engine_time = Stopwatch(), Stopwatch()  # all work inside the generator; engine.forward calls alone
+    ttft = 0.0
+    out: list[int] = []     # generated ids, stop excluded
+    context = list(prompt)  # what the repetition penalty looks at
+    stop_reason = STOP_LENGTH
+
     # Prefill: the uncached part of the prompt in one forward; its last row predicts the first token.
-    t = clock()
-    reuse = reusable_prefix(kv_ids, prompt, engine.n_past)
-    if kv_ids is None:
-        engine.reset()
-    else:
-        engine.truncate(reuse)
-        del kv_ids[reuse:]
-    logits = _forward_commit(engine, prompt[reuse:], reuse, kv_ids)
-    forwards += 1
-    prefill_s = engine_s = clock() - t
-    busy += clock() - t
+    with work, engine_time:
+        reuse = reusable_prefix(kv_ids, prompt, engine.n_past)
+        if kv_ids is None:
+            engine.reset()
+        else:
+            engine.truncate(reuse)
+            del kv_ids[reuse:]
+        logits = _forward_commit(engine, prompt[reuse:], reuse, kv_ids)
+    forwards, prefill_s = 1, engine_time.seconds
 
     while True:
-        t = clock()
-        token = sampler.token(logits, context)
-        if token in stop_set:
-            busy += clock() - t
+        with work:
+            token = sampler.token(logits, context)
+            stopped = token in stop_set
+            if not stopped:
+                out.append(token)
+                context.append(token)
+                piece = detokenizer.push(token) if detokenizer is not None else ""
+        if stopped:
             stop_reason = STOP_TOKEN
             break
-        out.append(token)
-        context.append(token)
-        piece = detokenizer.push(token) if detokenizer is not None else ""
-        busy += clock() - t
         if len(out) == 1:
-            ttft = busy
+            ttft = work.seconds
         yield Token(token, piece)
         if len(out) >= budget:
             stop_reason = STOP_LENGTH if len(out) >= max_new_tokens else STOP_CONTEXT
             break
-        t = clock()
-        logits = _forward_commit(engine, [token], len(prompt) + len(out) - 1, kv_ids)
+        with work, engine_time:
+            logits = _forward_commit(engine, [token], len(prompt) + len(out) - 1, kv_ids)
         forwards += 1
-        busy += clock() - t
-        engine_s += clock() - t
 
-    t = clock()
-    if detokenizer is not None:
-        detokenizer.flush()  # a held-back incomplete character ends up in detokenizer.text
-        text = detokenizer.text
-    else:
+    with work:
         text = ""
-    busy += clock() - t
-    stats = _stats(len(out), forwards, busy, ttft, prefill_s, len(prompt), reuse)
-    stats["engine_s"] = engine_s  # prefill and decode forwards (the rest of total_s: sampling, text)
+        if detokenizer is not None:
+            detokenizer.flush()  # a held-back incomplete character ends up in detokenizer.text
+            text = detokenizer.text
+    stats = _stats(len(out), forwards, work.seconds, ttft, prefill_s, len(prompt), reuse)
+    stats["engine_s"] = engine_time.seconds  # prefill and decode forwards (the rest of total_s: sampling, text)
     yield Done(stats, stop_reason, text, out)
 
 

@@ -20,8 +20,8 @@ threshold is filled, plus one floor slot, so that each step fills at least one:
   - block attention: the most confident masked slot of the sub-block (Fast-dLLM v2's rule);
   - causal attention: the leftmost masked slot. Its logits see exactly the resolved prefix, so its
     prediction is the AR prediction; threshold 1.0 with causal attention is therefore greedy AR.
-That is the threshold fill rule: a filled slot is final at once. The exact rule (fill_rule="exact", causal
-attention; exact.py) keeps the threshold's fills as drafts and checks them with the rows the next step re-runs
+That is the threshold fill rule (threshold.py): a filled slot is final at once. The exact rule (fill_rule="exact",
+causal attention; exact.py) keeps the threshold's fills as drafts and checks them with the rows the next step re-runs
 anyway: a draft stands only if it is what AR writes there, given the final slots before it; the first slot that
 is not kept takes AR's choice and the drafts after it are masked again. Steps go to the sub-block of the first
 masked slot (left to right; the exact rule may reopen an earlier one).
@@ -39,24 +39,25 @@ sub-block's slots (and the one before it, whose row predicts the first) after th
 step, against the block's scratch K/V (engine kv_end): an approximation, since the other slots' K/V
 are from the sub-block's first step.
 """
-import time
-
 import numpy as np
 
 from .context import check_prompt_fits
 from .events import STOP_CONTEXT, STOP_LENGTH, STOP_TOKEN, Done, Step, Token
 from .exact import ExactRule
 from .sampling import Sampler
+from .stopwatch import Stopwatch
+from .threshold import ThresholdRule
 
 
 class _Reply:
     """The reply as it is resolved: ids in order, streamed text, the stop decision."""
 
-    def __init__(self, prompt, stop_ids, budget, detokenizer):
+    def __init__(self, prompt, stop_ids, max_new_tokens, context, detokenizer):
         self.prompt = prompt
         self.ids: list[int] = []
         self.stop_ids = stop_ids
-        self.budget = budget
+        self.max_new_tokens = max_new_tokens
+        self.budget = min(max_new_tokens, context - len(prompt))  # the whole reply stays inside the context
         self.detokenizer = detokenizer
         self.stop_reason = None
 
@@ -70,8 +71,15 @@ class _Reply:
         self.ids.append(token)
         piece = self.detokenizer.push(token) if self.detokenizer is not None else ""
         if len(self.ids) >= self.budget:
-            self.stop_reason = "budget"
+            self.stop_reason = STOP_LENGTH if len(self.ids) >= self.max_new_tokens else STOP_CONTEXT
         return Token(token, piece)
+
+    def text(self) -> str:
+        """The whole reply's text, a held-back incomplete character included ("" without a detokenizer)."""
+        if self.detokenizer is None:
+            return ""
+        self.detokenizer.flush()
+        return self.detokenizer.text
 
     @property
     def context(self):
@@ -82,31 +90,36 @@ class _Reply:
         return self.stop_reason is not None
 
 
+def _fill_rule(params, sampler):
+    """The fill rule's object (threshold.py gives the face both share)."""
+    if params.fill_rule == "exact":  # causal attention only (params.py refuses it with block attention)
+        return ExactRule(sampler, params.threshold, params.mask_id)
+    return ThresholdRule(sampler, params.threshold, params.attention == "causal")
+
+
 class _Run:
     """One reply: the engine calls, the block bookkeeping and the figures (work time excludes yields)."""
 
     def __init__(self, engine, prompt, sampler, reply, params, kv_ids):
         self.engine, self.prompt, self.sampler, self.reply = engine, prompt, sampler, reply
-        self.B, self.S, self.threshold = params.block_size, params.sub_block_size, params.threshold
+        self.B, self.S = params.block_size, params.sub_block_size
         self.attention, self.mask, self.dual_cache = params.attention, params.mask_id, params.dual_cache
         self.causal = self.attention == "causal"
         self.kv_ids = kv_ids
+        self.rule = _fill_rule(params, sampler)
         self.fresh = 0  # causal attention: the block's leading slots whose scratch K/V are those of their final ids
-        # the exact rule (exact.py; causal attention only): drafts are checked, and only slots [0, settled) are final
-        self.exact = ExactRule(sampler, self.threshold, self.mask) if params.fill_rule == "exact" else None
-        self.settled = 0
-        self.drafted = 0  # the threshold rule's fills beyond the one a step must make (all of them stand)
         self.forwards = self.steps = 0
-        self.busy = self.ttft = 0.0
-        self.engine_s = self.step_s = self.step_engine_s = 0.0  # where the time goes (see _stats)
+        self.ttft = 0.0
+        # where the time goes (see _stats): all work, engine calls, denoising steps, the engine calls of the steps
+        self.work, self.engine_time, self.step_time = Stopwatch(), Stopwatch(), Stopwatch()
+        self.step_engine_s = 0.0
 
     def engine_call(self, tokens, start, commit, rows, kv_end=None):
         """One engine.forward, counted (stats "forwards") and timed, with the committed ids recorded."""
         self.forwards += 1
-        t = time.perf_counter()
-        logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
-                                     block_size=self.B, kv_end=kv_end, rows=rows)
-        self.engine_s += time.perf_counter() - t
+        with self.engine_time:
+            logits = self.engine.forward(tokens, start=start, commit=commit, attention=self.attention,
+                                         block_size=self.B, kv_end=kv_end, rows=rows)
         if commit:
             self.record_committed(start, tokens)
         return logits
@@ -136,11 +149,11 @@ class _Run:
         tail = list(self.prompt[n_full:])
         return n_full, tail, len(tail)
 
-    def query_span(self, lo: int, hi: int, n: int, first_step: bool, masked: list[int]) -> tuple[int, int, int | None]:
+    def query_span(self, lo: int, hi: int, n: int, first_step: bool, wanted: list[int]) -> tuple[int, int, int | None]:
         """(q0, q1, kv_end or None): the block slots [q0, q1) to run as queries for a step on the
         sub-block [lo, hi) of an n-slot block, and how far into the block the keys reach.
 
-        The step needs the logits of rows j-1 for the masked slots j (token shift).
+        The step needs the logits of rows j-1 for the slots j in `wanted` (token shift; the fill rule says which).
         Causal attention (exact): no row sees a later slot, and a slot's K/V depends only on the ids up to it.
         So the rows from the first stale one (self.fresh: every earlier slot's scratch K/V is from its final
         id) or the first needed one, whichever comes first, to the last needed one run, against the scratch
@@ -148,87 +161,60 @@ class _Run:
         Block attention: every slot sees the whole block, so all n slots run (exact); under DualCache,
         after the sub-block's first step, only lo-1 .. hi-1 run, against the scratch K/V of the other
         slots (kv_end = n): an approximation, since those K/V are from the sub-block's first step."""
-        if self.causal:  # the exact rule also re-runs the rows that check the drafts from slot `settled` on
-            first = self.settled if self.exact else masked[0]
-            return min(self.fresh, first - 1), masked[-1], None
+        if self.causal:
+            return min(self.fresh, wanted[0] - 1), wanted[-1], None
         if self.dual_cache and not first_step:
             return max(lo - 1, 0), hi, n
         return 0, n, None
 
-    def start_block(self, known: int) -> None:
-        """A new block whose first `known` slots are final (the prompt's tail, or the predicted first slot)."""
-        self.settled = known
-        if self.exact:
-            self.exact.start_block()
-
     def step(self, block, block_start, lo, hi, first_step) -> list[int]:
-        """One denoising forward for the sub-block [lo, hi); fills slots in place, returns which."""
-        t0, engine_before = time.perf_counter(), self.engine_s
-        masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
-        q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, masked)
-        # token shift: the row of slot j-1 predicts slot j. The exact rule reads the rows of the slots from `settled`
-        # to the first masked one (the drafts it checks, then the floor) and of the masked slots after it (new
-        # drafts); a draft after the floor is checked by a later step's rows, so its row's logits are not asked.
-        wanted = [*range(self.settled, masked[0] + 1), *masked[1:]] if self.exact else masked
-        logits = self.engine_call(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in wanted],
-                                  kv_end=None if kv_end is None else block_start + kv_end)
-        self.steps += 1
-        if self.exact:
-            filled = self.step_exact(block, masked, logits)
-        else:
-            tokens, probs = self.sampler(logits, self.context())
-            fill = _choose(masked, tokens.tolist(), probs.tolist(), self.threshold, self.causal)
-            for j, token in fill:
-                block[j] = token
-            filled = [j for j, _ in fill]
-            self.drafted += len(fill) - 1
-        self.fresh = min(q1, filled[0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
-        self.step_s += time.perf_counter() - t0
-        self.step_engine_s += self.engine_s - engine_before
-        return filled
-
-    def step_exact(self, block, masked: list[int], logits) -> list[int]:
-        """The exact rule on one step's rows: logits[i] predicts slot settled + i up to the first masked slot, the
-        rows after those predict the other masked slots. Check the drafts, fill the first slot that is not kept,
-        then draft the masked slots after a floor. Returns the filled slots."""
-        n_check = masked[0] + 1 - self.settled
-        self.settled, ended = self.exact.settle(block, self.settled, logits[:n_check], self.context())
-        filled = [self.settled - 1]
-        if ended == "floor":  # the floor is masked[0]; rows after it saw it masked: they only draft, for a later step
-            filled += self.exact.draft(block, masked[1:], logits[n_check:], self.context())
+        """One denoising forward for the sub-block [lo, hi); the fill rule fills slots in place; returns which."""
+        engine_before = self.engine_time.seconds
+        with self.step_time:
+            masked = [j for j in range(lo, hi) if block[j] == self.mask]  # j >= 1: slot 0 is always known
+            wanted = self.rule.rows_wanted(masked)
+            q0, q1, kv_end = self.query_span(lo, hi, len(block), first_step, wanted)
+            # token shift: the row of slot j-1 predicts slot j
+            logits = self.engine_call(block[q0:q1], block_start + q0, False, [j - 1 - q0 for j in wanted],
+                                      kv_end=None if kv_end is None else block_start + kv_end)
+            self.steps += 1
+            filled = self.rule.fill(block, masked, logits, self.context())
+            self.fresh = min(q1, filled[0])  # slots [0, q1) were written now or before; a filled slot's K/V is stale
+        self.step_engine_s += self.engine_time.seconds - engine_before
         return filled
 
     def commit(self, block, block_start) -> np.ndarray | None:
         """Commit the finished block's K/V; return the logits row of its last slot (it predicts the next block's
         first slot). Causal attention: the scratch K/V of the slots before self.fresh are already those of the
         final ids, so they are kept as they are and only the later slots run (the last one always does).
-        The exact rule: the same forward's rows check the drafts still unchecked; when one does not stand, the
-        cache is cut back to it, the block reopens (its later drafts masked again) and None is returned."""
-        n, settled = len(block), self.settled
+        A fill rule with drafts still unchecked (the exact rule) checks them with the same forward's rows; when one
+        does not stand, the cache is cut back to it, the block reopens (its later drafts masked again) and None is
+        returned."""
+        n = len(block)
+        check_from = self.rule.unchecked(block)
         keep = min(self.fresh, n - 1) if self.causal else 0
-        checks = self.exact is not None and settled < n
-        if checks:
-            keep = min(keep, settled - 1)
+        if check_from is not None:
+            keep = min(keep, check_from - 1)
         if keep:
             self.engine.keep_scratch(block_start + keep)
             self.record_committed(block_start, block[:keep])
         self.fresh = 0
-        rows = range(settled - 1 - keep, n - keep) if checks else [n - 1 - keep]
-        logits = self.engine_call(block[keep:], block_start + keep, True, list(rows))
-        if checks:
-            self.settled, ended = self.exact.settle(block, settled, logits, self.context())
-            if ended == "replaced":  # the draft at slot settled - 1 did not stand: its K/V and all after it go
-                self.engine.truncate(block_start + self.settled - 1)
+        rows = [n - 1 - keep] if check_from is None else list(range(check_from - 1 - keep, n - keep))
+        logits = self.engine_call(block[keep:], block_start + keep, True, rows)
+        if check_from is not None:
+            reopened = self.rule.check_at_commit(block, logits, self.context())
+            if reopened is not None:  # the draft there did not stand: its K/V and all after it go
+                self.engine.truncate(block_start + reopened)
                 if self.kv_ids is not None:
-                    del self.kv_ids[block_start + self.settled - 1:]
-                self.fresh = self.settled - 1
+                    del self.kv_ids[block_start + reopened:]
+                self.fresh = reopened
                 return None
         return logits[-1]
 
     def resolve_prefix(self, block, emitted: int) -> tuple[int, list]:
         """Token events for the block's slots that became final in order, from slot `emitted` on."""
         events = []
-        final = self.settled if self.exact else len(block)  # the threshold rule: every filled slot is final
+        final = self.rule.final(block)
         while emitted < final and block[emitted] != self.mask and not self.reply.done:
             ev = self.reply.resolve(block[emitted])
             emitted += 1
@@ -239,8 +225,50 @@ class _Run:
     def emit(self, events):
         for ev in events:
             if isinstance(ev, Token) and not self.ttft:
-                self.ttft = self.busy
+                self.ttft = self.work.seconds
             yield ev
+
+    def blocks(self):
+        """The events of every block, from the first one after the prompt's whole blocks to the reply's end."""
+        with self.work:
+            block_start, known, prompt_slots = self.first_block()
+        while not self.reply.done:
+            # the block: known ids, then masks up to B whole slots, also when the budget ends inside it
+            # (the model only ever saw whole blocks; the reply is cut to the budget as it resolves).
+            # Only the context end may cut a block.
+            with self.work:
+                block = known + [self.mask] * max(min(self.B, self.engine.ctx - block_start) - len(known), 0)
+                self.rule.start_block(len(known))
+                emitted, events = self.resolve_prefix(block, prompt_slots)  # a predicted first slot is final already
+            yield from self.emit(events)
+            last = yield from self.block_steps(block, block_start, emitted)
+            if self.reply.done:
+                return
+            # the last row of the committed block predicts the next block's first slot
+            with self.work:
+                block_start, known, prompt_slots = block_start + len(block), [self.sample_one(last)], 0
+            if block_start >= self.engine.ctx:
+                self.reply.stop_reason = STOP_CONTEXT
+
+    def block_steps(self, block, block_start, emitted):
+        """Steps on one block until it is complete and committed (or the reply ends); yields the Step and Token
+        events, returns the committed block's last logits row (None when the reply ended first)."""
+        last, lo = None, None
+        while last is None and not self.reply.done:
+            with self.work:
+                if self.mask in block:  # a step on the sub-block of the first mask (sub-blocks go left to right)
+                    first = block.index(self.mask) // self.S * self.S
+                    first_step, lo = first != lo, first
+                    filled = self.step(block, block_start, lo, min(lo + self.S, len(block)), first_step)
+                    settled = None if self.rule.fills_are_final else self.rule.final(block)
+                    step = Step(block_start, tuple(block), tuple(filled), self.mask, settled)
+                else:  # complete: commit its K/V from its final ids (the exact rule may reopen it, see commit)
+                    last, step = self.commit(block, block_start), None
+                emitted, events = self.resolve_prefix(block, emitted)
+            if step is not None:
+                yield step
+            yield from self.emit(events)
+        return last
 
 
 def generate_diffusion(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detokenizer=None,
@@ -251,71 +279,23 @@ def generate_diffusion(engine, prompt_ids, params, *, sampler=None, stop_ids=(),
     params = params.ready_for(engine.vocab_size)
     if params.mode != "diffusion":
         raise ValueError(f"generate_diffusion runs mode 'diffusion', not {params.mode!r}")
-    max_new_tokens = params.max_new_tokens
     check_prompt_fits(len(prompt), engine.ctx)
-    budget = min(max_new_tokens, engine.ctx - len(prompt))
-    reply = _Reply(prompt, {int(i) for i in stop_ids}, budget, detokenizer)
+    reply = _Reply(prompt, {int(i) for i in stop_ids}, params.max_new_tokens, engine.ctx, detokenizer)
     run = _Run(engine, prompt, sampler or Sampler.from_params(params, engine), reply, params, kv_ids)
-    B, S, mask, clock = run.B, run.S, run.mask, time.perf_counter
 
     # The cache holds K/V of the attention pattern it was computed with: never mix with an AR turn's.
     engine.reset()
     if kv_ids is not None:
         kv_ids.clear()
     try:
-        if budget <= 0:
-            reason = STOP_LENGTH if max_new_tokens <= 0 else STOP_CONTEXT
+        if reply.budget <= 0:
+            reason = STOP_LENGTH if params.max_new_tokens <= 0 else STOP_CONTEXT
             yield Done(_stats(run, 0, len(prompt)), reason, "", [])
             return
-        t = clock()
-        block_start, known, prompt_slots = run.first_block()
-        run.busy += clock() - t
-        while not reply.done:
-            # the block: known ids, then masks up to B whole slots, also when the budget ends inside it
-            # (the model only ever saw whole blocks; the reply is cut to the budget as it resolves).
-            # Only the context end may cut a block.
-            t = clock()
-            room = min(B, engine.ctx - block_start)
-            block = known + [mask] * max(room - len(known), 0)
-            run.start_block(len(known))
-            emitted, events = run.resolve_prefix(block, prompt_slots)  # a predicted first slot is final already
-            run.busy += clock() - t
-            yield from run.emit(events)
-            last, lo = None, None
-            while last is None and not reply.done:
-                t = clock()
-                if mask in block:  # a step on the sub-block of the first mask (sub-blocks go left to right)
-                    first = block.index(mask) // S * S
-                    first_step, lo = first != lo, first
-                    filled = run.step(block, block_start, lo, min(lo + S, len(block)), first_step)
-                    step = Step(block_start, tuple(block), tuple(filled), mask, run.settled if run.exact else None)
-                else:  # complete: commit its K/V from its final ids (the exact rule may reopen it, see commit)
-                    last, step = run.commit(block, block_start), None
-                emitted, events = run.resolve_prefix(block, emitted)
-                run.busy += clock() - t
-                if step is not None:
-                    yield step
-                yield from run.emit(events)
-            if reply.done:
-                break
-            # the last row of the committed block predicts the next block's first slot
-            t = clock()
-            block_start, known, prompt_slots = block_start + len(block), [run.sample_one(last)], 0
-            run.busy += clock() - t
-            if block_start >= engine.ctx:
-                reply.stop_reason = STOP_CONTEXT
-
-        t = clock()
-        text = ""
-        if detokenizer is not None:
-            detokenizer.flush()
-            text = detokenizer.text
-        run.busy += clock() - t
-        reason = reply.stop_reason
-        if reason == "budget":
-            reason = STOP_LENGTH if len(reply.ids) >= max_new_tokens else STOP_CONTEXT
-        stats = _stats(run, len(reply.ids), len(prompt))
-        yield Done(stats, reason, text, list(reply.ids))
+        yield from run.blocks()
+        with run.work:
+            text = reply.text()
+        yield Done(_stats(run, len(reply.ids), len(prompt)), reply.stop_reason, text, list(reply.ids))
     finally:
         # an AR turn must not reuse K/V computed with the diffusion pattern
         engine.reset()
@@ -323,18 +303,9 @@ def generate_diffusion(engine, prompt_ids, params, *, sampler=None, stop_ids=(),
             kv_ids.clear()
 
 
-def _choose(masked: list[int], tokens: list[int], probs: list[float], threshold: float,
-            causal: bool) -> list[tuple[int, int]]:
-    """(slot, id) to fill this step, by slot: every one above the threshold, plus the floor (leftmost for causal
-    attention, the most confident otherwise), so each step fills at least one slot. Plain lists: at most a
-    sub-block of them, where numpy calls would cost more than the work."""
-    floor = 0 if causal else probs.index(max(probs))  # index(max): the first on ties, as argmax
-    return [(j, t) for i, (j, t, p) in enumerate(zip(masked, tokens, probs)) if p > threshold or i == floor]
-
-
 def _stats(run: _Run, tokens: int, prompt_tokens: int) -> dict:
-    forwards, steps, total_s = run.forwards, run.steps, run.busy
-    drafted, kept = (run.exact.drafted, run.exact.kept) if run.exact else (run.drafted, run.drafted)
+    forwards, steps, total_s = run.forwards, run.steps, run.work.seconds
+    drafted, kept = run.rule.drafts_checked, run.rule.drafts_kept
     return {
         "tokens": tokens,
         "forwards": forwards,            # every engine call: prefill, denoising steps, block commits
@@ -348,7 +319,7 @@ def _stats(run: _Run, tokens: int, prompt_tokens: int) -> dict:
         "ttft_s": run.ttft,
         "prompt_tokens": prompt_tokens,
         "total_s": total_s,              # all work inside the generator (never across a yield)
-        "engine_s": run.engine_s,        # inside engine.forward: prefill, steps and commits
-        "step_s": run.step_s,            # denoising steps: their forwards, sampling and the choice of slots
-        "step_engine_s": run.step_engine_s,  # the forwards' part of step_s
+        "engine_s": run.engine_time.seconds,  # inside engine.forward: prefill, steps and commits
+        "step_s": run.step_time.seconds,      # denoising steps: their forwards, sampling and the choice of slots
+        "step_engine_s": run.step_engine_s,   # the forwards' part of step_s
     }

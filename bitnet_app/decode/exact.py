@@ -3,7 +3,7 @@
 Causal attention only. There the row of slot j-1 sees only the slots before it, so once they are final its
 logits are AR's own prediction for slot j. The slots of a block are final up to `settled`; after them come
 drafts (slots filled above the threshold, not yet checked) and masks. A denoising step runs the rows of every
-slot from `settled` to the sub-block's last mask, and `settle` walks them left to right:
+slot from `settled` to the sub-block's last mask, and the rule walks them left to right:
   - a draft x is checked against its row: greedy keeps it when it is the row's argmax; sampled keeps it with
     probability min(1, p(x) / q(x)) (speculative sampling), p the row's distribution after the sampler's
     processing (repetition penalty over the final ids before the slot, temperature, top-k, top-p), q the
@@ -51,67 +51,99 @@ def draw(dist: np.ndarray, u: float) -> int:
     return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(dist) - 1)
 
 
-class ExactRule:
-    """The checks of one reply: the distribution of every draft not yet checked, and the figures.
+# how a walk over the rows ended (ExactRule._walk)
+FLOOR = "floor"         # it filled a masked slot with AR's choice: only then may the masked slots after it be drafted
+REPLACED = "replaced"   # a draft did not stand: AR's choice took its slot, and the drafts after it are masked again
+ALL_KEPT = "kept"       # the rows reached the block's last slot and every draft stood
 
-        rule = ExactRule(sampler, threshold, mask)
-        settled, ended = rule.settle(block, settled, rows, context)   # checks drafts, fills one slot
-        filled = rule.draft(block, slots, rows, context)               # new drafts on masked slots
-    """
+
+class ExactRule:
+    """The exact fill rule of one reply, with the fill rules' face (threshold.py): the block's final slots
+    [0, settled), the distribution of every draft not yet checked, and the figures."""
+    fills_are_final = False  # Step.settled tells the final slots; the filled slots after them are drafts
 
     def __init__(self, sampler, threshold: float, mask: int):
         self.sampler, self.threshold, self.mask = sampler, threshold, mask
+        self.settled = 0                    # the block's slots [0, settled) are final
         self.q: dict[int, np.ndarray] = {}  # drafted slot -> its q (sampled only: greedy's q is its argmax)
-        self.drafted = self.kept = 0        # drafts checked (kept, replaced or dropped), and kept
+        self.drafts_checked = 0             # drafts checked: kept, replaced or dropped (masked again)
+        self.drafts_kept = 0                # ... of which stood
 
-    def start_block(self) -> None:
+    def start_block(self, known: int) -> None:
+        self.settled = known
         self.q.clear()
 
-    def _contexts(self, block, settled: int, n: int, context):
+    def rows_wanted(self, masked: list[int]) -> list[int]:
+        """The rows of the slots from `settled` to the first masked one (the drafts to check, then the floor) and
+        of the masked slots after it (new drafts). A draft after the floor is checked by a later step's rows, so
+        its row is not asked for now."""
+        return [*range(self.settled, masked[0] + 1), *masked[1:]]
+
+    def fill(self, block: list, masked: list[int], rows: np.ndarray, context) -> list[int]:
+        """rows as rows_wanted(masked) asks: check the drafts, fill the first slot that is not kept, then draft the
+        masked slots after a floor. Returns the filled slots."""
+        n_check = masked[0] + 1 - self.settled
+        ended = self._walk(block, rows[:n_check], context)
+        filled = [self.settled - 1]
+        if ended == FLOOR:  # the floor is masked[0]; rows after it saw it masked: they only draft, for a later step
+            filled += self._draft(block, masked[1:], rows[n_check:], context)
+        return filled
+
+    def final(self, block: list) -> int:
+        return self.settled
+
+    def unchecked(self, block: list) -> int | None:
+        """The first slot a finished block's commit still checks (its drafts after the last step's floor)."""
+        return self.settled if self.settled < len(block) else None
+
+    def check_at_commit(self, block: list, rows: np.ndarray, context) -> int | None:
+        """rows[i]: the committed row that predicts slot unchecked(block) + i. Returns the slot of a draft that did
+        not stand (AR's choice is there now, the block reopens: its K/V and all after it go), or None."""
+        return self.settled - 1 if self._walk(block, rows, context) == REPLACED else None
+
+    def _contexts(self, block, n: int, context):
         """The repetition-penalty context of each of the n slots from `settled` on: the final ids before it
         (context, then the block's slots from `settled` up to it); None when the sampler has no penalty."""
         if context is None:
             return [None] * n
-        return [list(context) + list(block[settled:s]) for s in range(settled, settled + n)]
+        return [list(context) + list(block[self.settled:s]) for s in range(self.settled, self.settled + n)]
 
-    def settle(self, block: list, settled: int, rows: np.ndarray, context) -> tuple[int, str]:
-        """Walk the slots from `settled` on (block changed in place) with rows[i] the re-run row that predicts slot
-        settled + i; context: the final ids before slot `settled` (prompt and reply), or None without a
-        repetition penalty. Returns (how many slots are final now, how the walk ended): "floor" (it filled a
-        masked slot: only then may the masked slots after it be drafted from these rows), "replaced" (a draft did
-        not stand) or "kept" (rows up to the block's last slot, every draft kept)."""
-        n = min(len(rows), len(block) - settled)  # rows past the block's last slot predict the next block
-        # floor(i): AR's id for slot settled + i; verdict(i, s, x): (whether draft x at slot s stands, the id there)
-        if self.sampler.greedy and context is None:  # AR's choice of every row at once (ids only: no confidence)
-            ar = self.sampler.greedy_ids(rows[:n]).tolist()
-
-            def floor(i):
-                return ar[i]
-
-            def verdict(i, s, x):
-                return ar[i] == x, ar[i]
-        else:  # row by row, each with the penalty context of its slot
-            contexts = self._contexts(block, settled, n, context)
-
-            def floor(i):
-                return int(self.sampler(rows[i], contexts[i])[0])
-
-            def verdict(i, s, x):
-                return self._check(s, x, rows[i], contexts[i], lambda: floor(i))
+    def _walk(self, block: list, rows: np.ndarray, context) -> str:
+        """Walk the slots from `settled` on (block changed in place, `settled` moved past the walk) with rows[i]
+        the re-run row that predicts slot settled + i; context: the final ids before slot `settled` (prompt and
+        reply), or None without a repetition penalty. Returns how the walk ended: FLOOR, REPLACED or ALL_KEPT."""
+        n = min(len(rows), len(block) - self.settled)  # rows past the block's last slot predict the next block
+        floor, verdict = self._judges(block, rows[:n], context)
         for i in range(n):
-            s = settled + i
+            s = self.settled + i
             x = block[s]
             if x == self.mask:
                 block[s] = floor(i)  # the floor: what AR writes here
-                return s + 1, "floor"
+                self.settled = s + 1
+                return FLOOR
             kept, token = verdict(i, s, x)
-            self.drafted += 1
-            self.kept += kept
+            self.drafts_checked += 1
+            self.drafts_kept += kept
             if not kept:
                 block[s] = token
                 self._drop_after(block, s)
-                return s + 1, "replaced"
-        return settled + n, "kept"
+                self.settled = s + 1
+                return REPLACED
+        self.settled += n
+        return ALL_KEPT
+
+    def _judges(self, block: list, rows: np.ndarray, context):
+        """(floor, verdict) for the walk over rows: floor(i) is AR's id for slot settled + i; verdict(i, s, x) is
+        (whether draft x at slot s stands, the id there)."""
+        if self.sampler.greedy and context is None:  # AR's choice of every row at once (ids only: no confidence)
+            ar = self.sampler.greedy_ids(rows).tolist()
+            return ar.__getitem__, lambda i, s, x: (ar[i] == x, ar[i])
+        contexts = self._contexts(block, len(rows), context)  # row by row, each with the penalty context of its slot
+
+        def floor(i):
+            return int(self.sampler(rows[i], contexts[i])[0])
+
+        return floor, lambda i, s, x: self._check(s, x, rows[i], contexts[i], lambda: floor(i))
 
     def _check(self, s: int, x: int, row, ctx, choice) -> tuple[bool, int]:
         """(whether draft x at slot s stands, the id that stands there); choice() is AR's id there (greedy)."""
@@ -129,9 +161,9 @@ class ExactRule:
             if block[j] != self.mask:
                 block[j] = self.mask
                 self.q.pop(j, None)
-                self.drafted += 1
+                self.drafts_checked += 1
 
-    def draft(self, block: list, slots: list[int], rows: np.ndarray, context) -> list[int]:
+    def _draft(self, block: list, slots: list[int], rows: np.ndarray, context) -> list[int]:
         """Fill the masked `slots` whose token is more than `threshold` sure (rows[i] predicts slots[i]); returns
         them. Sampled drafts keep their q for the check."""
         if not slots:
