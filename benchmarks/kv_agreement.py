@@ -1,8 +1,8 @@
 """The int8 KV cache against fp16: top-1 agreement, logit error and greedy text, on the demo model's held-out
-prompts and on the generated model families (tests/family_checkpoints.py).
+prompts (the generated model families: tests/test_kv_int8.py measures them, `pytest -s` prints the figures).
 
     python -m benchmarks.kv_agreement [--model assets/demo-model] [--prompts-file assets/demo-prompts.json]
-        [--limit N] [--max-new-tokens 48] [--no-families] [--threads 2] [--json out.json]
+        [--limit N] [--max-new-tokens 48] [--threads 2] [--json out.json]
 
 Per prompt (the chat template applied, as the app does): the fp16 engine's greedy reply, then
   teacher-forced logits: one causal forward of prompt + that reply under each cache, every position compared:
@@ -11,17 +11,14 @@ Per prompt (the chat template applied, as the app does): the fp16 engine's greed
   greedy     the int8 engine's own greedy reply: identical to fp16's, or the index of the first other token.
 Beside it, as a calibration, the fp32 cache against fp16 (another rounding of the same cache: how often such a
 change alone flips a near-tie of the greedy reply).
-The families are random-weight models in the real on-disk layouts (their prompts random ids), the demo model a
-trained one; the int8 head is used throughout (the app's default), and the fp16 cache is the reference because
-it is the default one (the fp32 cache is within fp16's rounding of it).
+The int8 head is used throughout (the app's default), and the fp16 cache is the reference because it is the default
+one (the fp32 cache is within fp16's rounding of it).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
-import tempfile
 
 import numpy as np
 
@@ -77,37 +74,16 @@ def demo_rows(model_src: str, prompts_file: str, limit: int, max_new: int, threa
             for name, texts in prompts.items()}
 
 
-def family_rows(max_new: int, threads: int) -> dict:
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    from family_checkpoints import FAMILIES, make_family_checkpoint
-    from bitnet_app.checkpoint.convert import convert_checkpoint
-    out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in FAMILIES:
-            truth = make_family_checkpoint(os.path.join(tmp, name), name)
-            path = convert_checkpoint(truth["folder"], os.path.join(tmp, name + ".bitnet"))
-            models = open_all(path, threads)
-            rng = np.random.default_rng(FAMILIES[name]["seed"])
-            banned = {truth["bos"], truth["eos"], truth["eot"], *truth["stops"]}
-            pool = np.array([i for i in range(truth["vocab_size"]) if i not in banned])
-            out[name] = summarize_both([both(models, [int(i) for i in rng.choice(pool, 24)], max_new)
-                                        for _ in range(3)])
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=os.path.join(REPO, "assets", "demo-model"))
     ap.add_argument("--prompts-file", default=os.path.join(REPO, "assets", "demo-prompts.json"))
     ap.add_argument("--limit", type=int, default=12, help="prompts per set")
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--no-families", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args()
     result = {"demo": demo_rows(args.model, args.prompts_file, args.limit, args.max_new_tokens, args.threads)}
-    if not args.no_families:
-        result["families"] = family_rows(args.max_new_tokens, args.threads)
     for group, sets in result.items():
         for name, r in sets.items():
             for kv in ("i8", "f32"):

@@ -1,8 +1,8 @@
 """Seeded fuzzing of everything a hostile checkpoint, cache file or caller controls (issue 12).
 
-    python -m tests.fuzz                  # the CI size (FAMILIES x CI_CASES), counts printed as JSON
-    python -m tests.fuzz --long           # 18,000 cases
-    python -m tests.fuzz --cases 50 --family template --seed 3
+    python tests/fuzz.py                  # the CI size (FAMILIES x CI_CASES), counts printed as JSON
+    python tests/fuzz.py --long           # 18,000 cases
+    python tests/fuzz.py --cases 50 --family template --seed 3
 
 Families (each case: a seeded mutation of one real input, then the product code that reads it):
     engine_bytes  bit flips, overwritten ranges, truncation, extension of a converted engine file -> Model.open
@@ -43,7 +43,6 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the Rust thread pool must not
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the modules beside this one, run as tests.fuzz too
 from fuzz_common import (HOSTILE_VALUES, SilentAcceptance, convert, copy_folder, flip_bytes,  # noqa: E402
                          load_converted, open_and_run, positive_finite, rewrite_meta, whole)
 from fuzz_values import VALUE_FAMILIES  # noqa: E402
@@ -64,10 +63,9 @@ def build_seeds(work: str) -> dict:
     """A small checkpoint (made by tests/checkpoints.py in a child: it needs torch) and its engine file."""
     folder = os.path.join(work, "seed-ckpt")
     if not os.path.isdir(folder):
-        code = ("import sys; sys.path.insert(0, %r); import checkpoints; "
-                "checkpoints.make_hf_checkpoint(%r, seed=11, mask_token=True)" % (HERE, folder))
-        subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO,
-                       env=dict(os.environ, TORCHDYNAMO_DISABLE="1"))
+        code = "import checkpoints; checkpoints.make_hf_checkpoint(%r, seed=11, mask_token=True)" % folder
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE,  # -c imports from its folder: tests/
+                       env=dict(os.environ, TORCHDYNAMO_DISABLE="1", PYTHONPATH=REPO))
     from bitnet_app.checkpoint.convert import convert_checkpoint
     engine = os.path.join(work, "seed.bitnet")
     convert_checkpoint(folder, engine)
@@ -626,7 +624,7 @@ def run(cases: list[tuple[str, int]], seed: int, seeds: dict, work: str, workers
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python tests/fuzz.py", description=__doc__.split("\n")[0])
     ap.add_argument("--long", action="store_true", help=f"{LONG_CASES} cases per family")
     ap.add_argument("--cases", type=int, help=f"cases per family (default {CI_CASES})")
     ap.add_argument("--family", action="append", choices=list(FAMILIES), help="only these families")

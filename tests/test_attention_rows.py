@@ -11,8 +11,7 @@ import pytest
 from bitnet_app.engine.kernel_paths import PORTABLE
 from bitnet_app.engine.reference import causal_mask
 from bitnet_app.engine.runtime import Engine
-from test_engine import _engine_model, agrees_kv, ids_for
-from test_kernels import PATHS
+from support import PATHS, agrees_kv, engine_model, ids_for
 
 BLOCK = 8
 PREFIX = 13            # committed tokens: not a multiple of the block or of the 8-row tile
@@ -23,9 +22,9 @@ KV_END = 40            # they see scratch keys 36..39 too (block attention), wri
 @pytest.fixture(scope="module", params=["group3_hd16", "group2_hd64"])
 def model(request, tmp_path_factory):
     if request.param == "group3_hd16":
-        return _engine_model(tmp_path_factory, "rows16", hidden_size=96, intermediate_size=72,
+        return engine_model(tmp_path_factory, "rows16", hidden_size=96, intermediate_size=72,
                              num_attention_heads=6, num_key_value_heads=2, seed=5)
-    return _engine_model(tmp_path_factory, "rows64", hidden_size=128, intermediate_size=80,
+    return engine_model(tmp_path_factory, "rows64", hidden_size=128, intermediate_size=80,
                          num_attention_heads=2, num_key_value_heads=1, seed=6)
 
 
@@ -102,9 +101,9 @@ def odd_heads(request, tmp_path_factory):
     (head size 48) on 3 threads. schedule.c splits the units left over into one item per thread, each with its part
     of the value columns: halves of 8 columns, thirds of 16."""
     if request.param == "3kv_hd16":
-        return _engine_model(tmp_path_factory, "odd", hidden_size=192, intermediate_size=64, num_attention_heads=12,
+        return engine_model(tmp_path_factory, "odd", hidden_size=192, intermediate_size=64, num_attention_heads=12,
                              num_key_value_heads=3, max_position_embeddings=512, seed=8)
-    return _engine_model(tmp_path_factory, "odd48", hidden_size=192, intermediate_size=64, num_attention_heads=4,
+    return engine_model(tmp_path_factory, "odd48", hidden_size=192, intermediate_size=64, num_attention_heads=4,
                          num_key_value_heads=2, max_position_embeddings=512, seed=9)
 
 

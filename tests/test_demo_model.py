@@ -18,9 +18,8 @@ import pytest
 
 from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.model import Model
-from test_engine import assert_threads_change_nothing
-from test_kernels import PATHS
-from test_parity import FP32_FLOOR, Reference, require_reference, summary
+from parity_reference import FP32_FLOOR, Reference, require_reference, summary
+from support import PATHS, assert_threads_change_nothing
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 DEMO = os.path.join(ASSETS, "demo-model")

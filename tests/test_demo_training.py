@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tools import demo_oracle, demo_skills
-from test_parity import require_reference
+from parity_reference import require_reference
 
 TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "demo-model",
                          "tokenizer.json")

@@ -8,90 +8,20 @@ import pytest
 
 from bitnet_app import _engine_testing
 from bitnet_app.engine import kernel_paths
-from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.engine.runtime import Engine
-from bitnet_app.engine.file import EngineFile
-from checkpoints import make_hf_checkpoint
-from bitnet_app.engine.reference import NumpyModel, block_mask
-from test_kernels import PATHS
+from bitnet_app.engine.reference import block_mask
+from support import (PATHS, agrees, agrees_kv, assert_threads_change_nothing, engine_model, ids_for,
+                     logits_of_a_chat)
 
-TOL = 2e-5  # relative to the largest logit: only fp32 summation order differs
-
-
-def agrees(out, want, min_rows=0.75):
-    """Most rows equal to fp32 precision. Random ternary models are chaotic: a 1e-7 difference (FMA in
-    the attention dot products, summation order) occasionally flips one int8 activation across a
-    rounding boundary, and every later row of that sequence then moves by up to a few percent. A real
-    bug (a wrong mask, scale, rotation or layout) moves nearly every row, so requiring 3/4 of the rows
-    at fp32 precision keeps the check sharp without depending on luck."""
-    row_err = np.abs(out - want).max(axis=1) / np.abs(want).max()
-    return np.mean(row_err <= TOL) >= min_rows and np.median(row_err) <= TOL
-
-
-def agrees_kv(out, want, kv):
-    """agrees() for the f16 and f32 caches. The int8 cache's attention outputs lie on a lattice (int8 values x a
-    row scale) wherever one key takes all the weight, as in these random models, and bf16 norm gains keep them on
-    it, so the next int8 activation often lies exactly halfway between two integers; a last-bit difference from
-    the reference (summation order) then rounds it the other way, which moves that row alone by up to a few
-    percent (measured: up to 3.5%, in up to half the rows of a sequence). So for i8: the median row at fp32
-    precision, every row within 5%, the same argmax in 95% of rows. A wrong scale or index moves every row."""
-    if kv != "i8":
-        return agrees(out, want)
-    row_err = np.abs(out - want).max(axis=1) / np.abs(want).max()
-    return (np.median(row_err) <= TOL and row_err.max() <= 0.05
-            and np.mean(out.argmax(axis=1) == want.argmax(axis=1)) >= 0.95)
-
-
-def _engine_model(tmp_path_factory, name, packing=None, **shape):
-    """A random checkpoint of this shape (2 layers), converted (in the packing given, else the default): (EngineFile,
-    its numpy reference)."""
-    d = tmp_path_factory.mktemp(name)
-    make_hf_checkpoint(d / "ck", num_hidden_layers=2, **shape)
-    convert_checkpoint(str(d / "ck"), str(d / "m.bitnet"), packing=packing)
-    ef = EngineFile(str(d / "m.bitnet"))
-    return ef, NumpyModel(ef)
-
-
-def logits_of_a_chat(path, isa, lm_head, ids, threads=2):
-    """The logits an engine of the file `path` gives on the kernel path `isa` for every kind of forward: a prefill,
-    a uncommitted block (a diffusion step) and its few rows, one token at a time (decode), and a prefill of 8 rows
-    (the AMX tiles' smallest batch) after them. For comparing files that hold the same weights bit for bit."""
-    eng = Engine(EngineFile(path), lm_head=lm_head, isa=isa, threads=threads)
-    n = len(ids) - 12
-    out = [eng.forward(ids[:n], rows=range(n))]
-    out.append(eng.forward(ids[n:n + 8], start=n, commit=False, attention="block", block_size=8, rows=range(8)))
-    out.append(eng.forward(ids[n:n + 8], start=n, commit=False, attention="block", block_size=8, rows=[1, 4, 6]))
-    out += [eng.forward(ids[i:i + 1]) for i in range(n, n + 4)]
-    out.append(eng.forward(ids[n + 4:n + 12], rows=range(8)))
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    # awkward sizes: hidden 80 and intermediate 72 are not multiples of the 64-byte vector width
-    return _engine_model(tmp_path_factory, "engine", hidden_size=80, intermediate_size=72,
-                         num_attention_heads=4, num_key_value_heads=2, seed=3)
-
-
-@pytest.fixture(scope="module")
-def tiny_hd16(tmp_path_factory):
-    """head_dim 16, a multiple of 8: the shape the SIMD attention kernels take (real models' 48, 64, 128 too);
-    GQA groups of 3 and 45 positions, so keys come in blocks of 8 and a tail. 1.6-bit tiles whatever the CPU (the
-    converter's default depends on it; `tiny` has that default)."""
-    return _engine_model(tmp_path_factory, "engine16", packing="1.6bit", hidden_size=96, intermediate_size=72,
-                         num_attention_heads=6, num_key_value_heads=2, seed=4)
+# tiny, tiny_hd16: the small models of conftest.py
 
 
 @pytest.fixture(scope="module")
 def tiny_2bit(tmp_path_factory):
     """tiny_hd16's shape and seed with the 2-bit tiles: the same weights as tiny_hd16's (1.6-bit) file, and widths
     whose last 1.6-bit group is partial (hidden 96: 4 of 5 quads; intermediate 72: 80 columns, a whole group)."""
-    return _engine_model(tmp_path_factory, "engine16-2bit", packing="2bit", hidden_size=96, intermediate_size=72,
-                         num_attention_heads=6, num_key_value_heads=2, seed=4)
-
-
-def ids_for(ef, n, seed=0):
-    return np.random.default_rng(seed).integers(0, ef.config["vocab_size"], n)
+    return engine_model(tmp_path_factory, "engine16-2bit", packing="2bit", hidden_size=96, intermediate_size=72,
+                        num_attention_heads=6, num_key_value_heads=2, seed=4)
 
 
 @pytest.mark.parametrize("isa", PATHS)
@@ -180,14 +110,6 @@ def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
         out.append(eng.forward(ids[5:6], start=5))                                     # one token
         return out
     assert_threads_change_nothing(run)
-
-
-def assert_threads_change_nothing(run):
-    """run(threads) -> a list of logit arrays: 2 and 3 threads give the 1-thread arrays bit for bit."""
-    one = run(1)
-    for threads in (2, 3):
-        for a, b in zip(run(threads), one, strict=True):
-            assert np.array_equal(a, b), threads
 
 
 def test_a_forward_leaves_the_callers_float_mode_as_it_was(tiny):

@@ -34,16 +34,15 @@ from bitnet_app.engine.rope import rope_inv_freq
 from bitnet_app.model import Model
 from checkpoints import edit_json
 from family_checkpoints import FAMILIES, load_family_reference, make_family_checkpoint
-from test_engine import logits_of_a_chat
-from test_kernels import PATHS
-from test_parity import (FP32_FLOOR, GREEDY_NEW, PROMPT_LEN, PROMPTS, Reference, _fmt, calibrate, greedy_check,
-                         logits_check, position_errors, require_reference, summary)
+from parity_reference import (FP32_FLOOR, GREEDY_NEW, PROMPT_LEN, PROMPTS, Reference, calibrate, fmt, greedy_check,
+                              logits_check, position_errors, require_reference, summary)
+from support import PATHS, logits_of_a_chat
 
 GREEDY_PROMPT = 10
 
 
 class FamilyReference(Reference):
-    """test_parity's Reference (logits, nudges, greedy) around the family's transformers model."""
+    """parity_reference.Reference (logits, nudges, greedy) around the family's transformers model."""
 
     def __init__(self, truth):
         self.torch = require_reference()
@@ -182,8 +181,8 @@ def test_family_logits_match_transformers(cases, name, isa):
     model = Model.open(case.path, lm_head="exact", threads=2, isa=isa)
     assert model.engine.isa.startswith(isa)
     ok, d = case.check_logits(model)
-    print(f"\n{name} [{model.engine.isa}]: tolerances {_fmt(case.tol)}\n  engine {_fmt(d)}")
-    assert ok, f"{name}: engine logits differ from transformers' beyond the calibrated tolerance: {_fmt(d)}"
+    print(f"\n{name} [{model.engine.isa}]: tolerances {fmt(case.tol)}\n  engine {fmt(d)}")
+    assert ok, f"{name}: engine logits differ from transformers' beyond the calibrated tolerance: {fmt(d)}"
     best = min(float(np.median(position_errors(model.logits(ids), r))) for ids, r in zip(case.prompts, case.refs))
     assert best <= FP32_FLOOR, f"{name}: no prompt agrees to the fp32 floor (best median {best:.3g})"
 
@@ -192,7 +191,7 @@ def test_family_logits_match_transformers(cases, name, isa):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_family_16bit_tiles_give_the_2bit_logits_bit_for_bit(cases, name, isa):
     """Each family's 1.6-bit file gives bit for bit the logits of its 2-bit file, on every kernel path, for every
-    kind of forward (test_engine.logits_of_a_chat) and both heads."""
+    kind of forward (support.logits_of_a_chat) and both heads."""
     case = cases(name)
     five, two = case.converted("1.6bit"), case.converted("2bit")
     assert EngineFile(five).packing == "1.6bit" and EngineFile(two).packing == "2bit"
@@ -209,9 +208,9 @@ def test_family_greedy_text_matches_transformers(cases, name):
     assert len(case.ref_seq) >= GREEDY_NEW // 2, f"{name}: the reference stopped early; pick another seed"
     ok, d = greedy_check(case.model, case)
     out = case.model.complete(case.greedy_prompt, max_new_tokens=GREEDY_NEW)
-    print(f"\n{name}: greedy {_fmt(d)}\n  reference text {case.model.decode(case.ref_seq)!r}\n"
+    print(f"\n{name}: greedy {fmt(d)}\n  reference text {case.model.decode(case.ref_seq)!r}\n"
           f"  engine text    {case.model.decode(out)!r}")
-    assert ok, f"{name}: greedy continuation differs from the reference's: {_fmt(d)}"
+    assert ok, f"{name}: greedy continuation differs from the reference's: {fmt(d)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,9 +269,9 @@ def test_wrong_rules_fail_the_same_checks(cases, name, bug):
     broken = case.broken_model(bug)
     ok_logits, d = case.check_logits(broken)
     ok_greedy, g = greedy_check(broken, case)
-    print(f"\n{name} / {bug}: logits {_fmt(d)}\n  greedy {_fmt(g)}")
-    assert not ok_logits, f"{name}: the logits check does not notice '{bug}': {_fmt(d)}"
-    assert not ok_greedy, f"{name}: the greedy check does not notice '{bug}': {_fmt(g)}"
+    print(f"\n{name} / {bug}: logits {fmt(d)}\n  greedy {fmt(g)}")
+    assert not ok_logits, f"{name}: the logits check does not notice '{bug}': {fmt(d)}"
+    assert not ok_greedy, f"{name}: the greedy check does not notice '{bug}': {fmt(g)}"
 
 
 # ---------------------------------------------------------------------------------------------

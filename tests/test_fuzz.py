@@ -1,6 +1,6 @@
 """The fuzz suite (tests/fuzz.py) at CI size: 12 families x 60 seeded cases, each in a forked child with a
 memory limit and an alarm; no crash, hang, unclear exception or silent acceptance. The long run:
-`python -m tests.fuzz --long` (>= 10,000 cases; counts in the README's reliability section)."""
+`python tests/fuzz.py --long` (>= 10,000 cases; counts in the README's reliability section)."""
 import json
 import os
 import subprocess
@@ -10,7 +10,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_fuzz_suite_finds_no_crash_hang_unclear_error_or_silent_acceptance(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tests.fuzz", "--work", str(tmp_path)], cwd=REPO,
+    # a script's own folder (tests/) is on its path; PYTHONPATH gives it the package when it is not installed
+    r = subprocess.run([sys.executable, os.path.join(REPO, "tests", "fuzz.py"), "--work", str(tmp_path)], cwd=REPO,
                        env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=600)
     report = json.loads(r.stdout)
     assert report["failures"] == [], json.dumps(report["failures"][:20], indent=1)

@@ -17,7 +17,7 @@ from bitnet_app.text.chat import ChatTemplateError, chat_prompt_ids, render_chat
 from bitnet_app.text.tokenizer import Tokenizer, TokenizerError
 from checkpoints import BOS, EOT, toy_tokenizer_json
 from fake_hub import FakeHub
-from test_hub import _write_repo
+from support import write_hub_repo
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -101,7 +101,7 @@ def test_a_post_processor_naming_a_missing_token_is_a_value_error():
 # ---- paths chosen by a server or an index ------------------------------------------------------------
 def test_a_hostile_etag_cannot_write_outside_the_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    repo = _write_repo(str(tmp_path / "src"), weights=4096)
+    repo = write_hub_repo(str(tmp_path / "src"), weights=4096)
     cache = str(tmp_path / "hf-cache")
     target = tmp_path / "escaped"
     evil = "../../../../" + str(target).lstrip("/")

@@ -9,26 +9,7 @@ import pytest
 from bitnet_app.checkpoint import download as hub
 from bitnet_app.checkpoint.config import NotBitNet, not_bitnet_reason, read_model_config
 from fake_hub import FakeHub
-
-BIG = 24 << 20  # many read chunks, so a dropped connection resumes mid-file
-
-
-def _write_repo(folder, *, model_type="bitnet", weights=BIG):
-    os.makedirs(folder, exist_ok=True)
-    arch = "BitNetForCausalLM" if model_type == "bitnet" else "LlamaForCausalLM"
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"architectures": [arch], "model_type": model_type, "vocab_size": 64}, f)
-    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
-        json.dump({"version": "1.0", "model": {"type": "BPE"}}, f)
-    with open(os.path.join(folder, "generation_config.json"), "w") as f:
-        json.dump({"eos_token_id": [1, 2]}, f)
-    with open(os.path.join(folder, "README.md"), "w") as f:
-        f.write("not needed by the app\n")
-    with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
-        f.write(b"never downloaded")
-    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
-        f.write(os.urandom(weights))
-    return folder
+from support import write_hub_repo
 
 
 def _sha(path):
@@ -38,7 +19,7 @@ def _sha(path):
 
 @pytest.fixture
 def repo(tmp_path):
-    return _write_repo(str(tmp_path / "src"))
+    return write_hub_repo(str(tmp_path / "src"))
 
 
 @pytest.fixture
@@ -170,7 +151,7 @@ def test_gated_repo_asks_for_a_token(served, cache, status):
 
 
 def test_not_a_bitnet_checkpoint_stops_before_the_weights(tmp_path, cache, monkeypatch):
-    llama = _write_repo(str(tmp_path / "llama"), model_type="llama", weights=1 << 20)
+    llama = write_hub_repo(str(tmp_path / "llama"), model_type="llama", weights=1 << 20)
     with FakeHub({"org/llama": llama}) as fake:
         monkeypatch.setenv("HF_ENDPOINT", fake.url)
         with pytest.raises(hub.HubError) as err:

@@ -9,11 +9,8 @@ from bitnet_app import _engine, _engine_testing
 from bitnet_app.engine import kernel_paths
 from bitnet_app.engine.packing import (TRIT5_MAX_KP, bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary5_tiles,
                                        pack_ternary_tiles, quantize_rows_int8)
+from support import PATHS
 
-# Every path this CPU runs. The emulated ones (avxvnni-emulated, amx-emulated) are the AVX-VNNI and AMX kernels with
-# vpdpbusd / the tile instructions written in AVX2 / plain C (exactly), so that their code runs on every AVX2
-# machine; avxvnni and amx themselves only where the CPU has the instructions.
-PATHS = kernel_paths.supported()
 # (N, K, T): N=1, K not a multiple of 16 or of the vector width, batches 1..33
 SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8), (48, 72, 16), (40, 136, 33),
           (96, 64, 2), (31, 47, 4), (128, 256, 5), (80, 96, 9), (16, 1000, 32),

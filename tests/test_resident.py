@@ -5,8 +5,7 @@ import pytest
 
 from bitnet_app.engine import resident
 from bitnet_app.engine.runtime import Engine
-from test_engine import ids_for, tiny, tiny_hd16  # noqa: F401  (the module fixtures)
-from test_kernels import PATHS
+from support import PATHS, ids_for
 
 
 def test_streamed_names_leave_out_the_embedding_unless_it_is_the_head():
@@ -19,7 +18,7 @@ def test_streamed_names_leave_out_the_embedding_unless_it_is_the_head():
     assert "lm_head" in exact_untied and "embed" not in exact_untied
 
 
-def test_resident_tensors_hold_the_files_values_in_new_aligned_memory(tiny):  # noqa: F811
+def test_resident_tensors_hold_the_files_values_in_new_aligned_memory(tiny):
     ef, _ = tiny
     names = resident.streamed_names(ef.tensors, "exact")
     copies = resident.resident_tensors(ef, names)
@@ -35,7 +34,7 @@ def test_resident_tensors_hold_the_files_values_in_new_aligned_memory(tiny):  # 
 
 @pytest.mark.parametrize("isa", PATHS)
 @pytest.mark.parametrize("head", ["int8", "exact"])
-def test_resident_and_mapped_weights_give_identical_logits(tiny, isa, head, monkeypatch):  # noqa: F811
+def test_resident_and_mapped_weights_give_identical_logits(tiny, isa, head, monkeypatch):
     ef, _ = tiny
     ids = ids_for(ef, 9)
     if not resident.huge_pages_available():
@@ -48,7 +47,7 @@ def test_resident_and_mapped_weights_give_identical_logits(tiny, isa, head, monk
 
 
 @pytest.mark.parametrize("isa", PATHS)
-def test_a_16bit_file_gives_one_set_of_logits_however_its_tiles_are_held(tiny_hd16, isa, monkeypatch):  # noqa: F811
+def test_a_16bit_file_gives_one_set_of_logits_however_its_tiles_are_held(tiny_hd16, isa, monkeypatch):
     """A path that reads the window code (_kernels/trit5_windows.c) gets the file's 1.6-bit tiles translated in
     the resident copy, in a copy of the tiles alone when the weights stay mapped, or when there is no room for the
     resident copy; every way gives the same logits, and the file's own bytes are left as they were."""
@@ -71,7 +70,7 @@ def test_a_16bit_file_gives_one_set_of_logits_however_its_tiles_are_held(tiny_hd
         np.testing.assert_array_equal(ef.tensors[name], codes)
 
 
-def test_no_room_for_the_copy_falls_back_to_the_files_mmap(tiny, monkeypatch):  # noqa: F811
+def test_no_room_for_the_copy_falls_back_to_the_files_mmap(tiny, monkeypatch):
     import errno
     from bitnet_app.engine import runtime
     ef, _ = tiny
@@ -84,7 +83,7 @@ def test_no_room_for_the_copy_falls_back_to_the_files_mmap(tiny, monkeypatch):  
     np.testing.assert_array_equal(Engine(ef, threads=2).forward(ids, rows=range(len(ids))), want)
 
 
-def test_a_file_cut_short_after_opening_is_an_error_not_a_crash(tiny, tmp_path):  # noqa: F811
+def test_a_file_cut_short_after_opening_is_an_error_not_a_crash(tiny, tmp_path):
     import shutil
     from bitnet_app.engine.file import EngineFile
     ef, _ = tiny
@@ -97,7 +96,7 @@ def test_a_file_cut_short_after_opening_is_an_error_not_a_crash(tiny, tmp_path):
         Engine(opened, threads=2)
 
 
-def test_engines_of_one_file_share_one_resident_copy(tiny, tmp_path):  # noqa: F811
+def test_engines_of_one_file_share_one_resident_copy(tiny, tmp_path):
     import gc
     import shutil
     from bitnet_app.engine.file import EngineFile
@@ -132,7 +131,7 @@ def _rss_kb_of_mapping_at(addr: int) -> int:
     raise AssertionError(f"no mapping holds {addr:#x}")
 
 
-def test_opening_a_file_leaves_none_of_its_checked_pages_in_memory(tiny):  # noqa: F811
+def test_opening_a_file_leaves_none_of_its_checked_pages_in_memory(tiny):
     """The open checks read the whole int8 head and the verified chunks through the file's mapping (the engine then
     reads what it streams into its own copy): those pages leave the process's resident memory, where they counted
     until exit (2B-4T: 1240 MB peak RSS instead of ~900), and a later read of them works as before."""

@@ -5,7 +5,7 @@ import pytest
 
 from bitnet_app import _engine_testing
 from bitnet_app.engine import kernel_paths
-from test_kernels import PATHS
+from support import PATHS
 from bitnet_app.decode.sampling import (Sampler, apply_temperature, ban_ids, repetition_penalty, softmax,
                                  top_k_filter, top_p_filter)
 

@@ -6,7 +6,7 @@ from tokenizers import Tokenizer
 from bitnet_app.engine import packing
 from bitnet_app.engine.file import EngineFile
 from bitnet_app.checkpoint.synthetic import SHAPES, random_bf16, random_ternary_tiles, write_synthetic_engine_file
-from test_kernels import PATHS
+from support import PATHS
 
 
 @pytest.mark.parametrize("layout", packing.PACKINGS)
