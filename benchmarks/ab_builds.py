@@ -8,8 +8,8 @@ Each --build is a checkout whose engine is built in place (`python setup.py buil
 add /tmp/old <commit>` gives an old one beside this one). For every ISA and round, each build runs in its own
 Python process (so each imports its own bitnet_app) and times Engine.forward of N rows (block attention, or causal
 with --attention causal) at a fixed position on
-a model (default: the bundled demo model), best of --repeats x --iters calls; a background training job
-(benchmarks/training_pause.py) is paused while a build is timed. The builds alternate within every round, so a
+a model (default: the bundled demo model), best of --repeats x --iters calls. The builds alternate within every
+round, so a
 drift of the machine (the Zen 4 guests here have fast and slow phases ~2x apart) hits both alike: compare within
 a round, not across rounds. The output is one line per (ISA, round, build) and, with --json, every figure.
 """
@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 
-from benchmarks.training_pause import TrainingPause, training_pid
 from bitnet_app.engine.kernel_paths import AVX2
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,8 +91,7 @@ def main(argv=None) -> int:
     for isa in a.isa.split(","):
         for rnd in range(a.rounds):
             for name, path, model in builds:
-                with TrainingPause(training_pid()):
-                    ms = time_build(path, model, isa, a.rows, a.pos, a.repeats, a.iters, a.attention)
+                ms = time_build(path, model, isa, a.rows, a.pos, a.repeats, a.iters, a.attention)
                 results.append({"isa": isa, "round": rnd, "build": name, "ms": ms})
                 print(f"{isa:8s} round {rnd}  {name:10s} " + "  ".join(f"{n} rows {t:.3f} ms" for n, t in ms.items()),
                       flush=True)

@@ -27,15 +27,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
-import time
 
 import numpy as np
 
 from bitnet_app.bench import bytes_per_token, synthetic_file
 from bitnet_app.engine import Engine, EngineFile
 from bitnet_app.machine import read_roof_gb_s
+from benchmarks.timing import seconds
 
 FILL_PIECE = 512
 KV_ELEM_BYTES = {"f32": 4, "f16": 2, "i8": 1}
@@ -58,17 +57,16 @@ def decode_tok_s(eng: Engine, ids, p: int, tokens: int) -> float:
     eng.truncate(p)
     eng.forward(ids[p:p + 1])  # warm: the first token after a fill pays for page faults of new cache rows
     eng.truncate(p)
-    t = time.perf_counter()
-    for i in range(tokens):
-        eng.forward(ids[p + i:p + i + 1])
-    return tokens / (time.perf_counter() - t)
+
+    def decode():
+        for i in range(tokens):
+            eng.forward(ids[p + i:p + i + 1])
+    return tokens / seconds(decode)
 
 
 def ttft_ms(eng: Engine, ids, n: int) -> float:
     eng.reset()
-    t = time.perf_counter()
-    eng.forward(ids[:n])
-    return 1e3 * (time.perf_counter() - t)
+    return 1e3 * seconds(lambda: eng.forward(ids[:n]))
 
 
 def measure(path: str, kv: str, args, roofs: list) -> dict:

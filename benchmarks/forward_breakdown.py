@@ -1,7 +1,7 @@
 """Where the time of an N-row forward goes (issue 16.1), part by part, beside the int8 ceiling of this machine.
 
     python -m benchmarks.forward_breakdown [--model demo] [--threads 2] [--rows 1,2,4,8,16,32]
-                                            [--repeats 5] [--iters 100] [--pause-training] [--json out.json]
+                                            [--repeats 5] [--iters 100] [--json out.json]
 
 (run from the checkout, so that its bitnet_app and its built engine are the ones imported)
 
@@ -27,27 +27,21 @@ registers), for the amx path benchmarks/ceilings/int8_amx.c (tdpbusd on tiles), 
 the best run counts. GMAC/s counts the multiply-adds the forward does (macs_of_forward): the ternary ones of
 the N rows through every layer (q, k, v, o, gate, up, down), less the last layer's o, gate, up and down for the
 rows without logits (the engine skips them), plus the int8 head's for the one row of logits.
-
---pause-training stops the training job named in /tmp/demo-train.pid (SIGSTOP) for the measurement and
-always resumes it (SIGCONT), also on errors, Ctrl-C and SIGTERM (benchmarks/training_pause.py); keep a run
-under ~2 minutes when using it.
 """
 import argparse
 import datetime
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 from benchmarks.run_benchmarks import build_ceiling, ceiling_tool
-from benchmarks.training_pause import TrainingPause, raise_on_signal, training_pid
+from benchmarks.timing import per_call
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -99,22 +93,12 @@ def measure(engine, ids: np.ndarray, pos: int, n: int, repeats: int, iters: int,
         py()
     runs = []
     for _ in range(repeats):
-        rep = {}
-        t = time.perf_counter()
-        for _ in range(iters):
-            py()
-        rep["python"] = (time.perf_counter() - t) / iters
+        rep = {"python": per_call(py, iters)}
         c.set_profile(True)
-        t = time.perf_counter()
-        for _ in range(iters):
-            py()
-        rep["profiled"] = (time.perf_counter() - t) / iters
+        rep["profiled"] = per_call(py, iters)
         rep.update({k: v / iters for k, v in c.profile().items()})
         c.set_profile(True)
-        t = time.perf_counter()
-        for _ in range(iters):
-            cy()
-        rep["cython"] = (time.perf_counter() - t) / iters
+        rep["cython"] = per_call(cy, iters)
         rep["c_total_direct"] = c.profile()["total"] / iters
         c.set_profile(False)
         runs.append(rep)
@@ -163,7 +147,6 @@ def main(argv=None) -> int:
                          "the better estimate of a quiet machine's figures when other jobs share the CPU")
     ap.add_argument("--attention", choices=("block", "causal"), default="block",
                     help="the forwards' attention pattern (default: block, blocks of 32)")
-    ap.add_argument("--pause-training", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -195,13 +178,10 @@ def main(argv=None) -> int:
            "ceiling_tool": ceiling_tool(eng.isa)}
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_ceiling(ceiling_tool(eng.isa), tmp)
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, raise_on_signal)
-        with TrainingPause(training_pid() if args.pause_training else None):
-            ceil = [run_ceiling(exe, args.threads) for _ in range(3)]
-            for n in ns:
-                res["rows"][n] = measure(eng, ids, pos, n, args.repeats, args.iters, args.stat, args.attention)
-            ceil += [run_ceiling(exe, args.threads) for _ in range(3)]
+        ceil = [run_ceiling(exe, args.threads) for _ in range(3)]
+        for n in ns:
+            res["rows"][n] = measure(eng, ids, pos, n, args.repeats, args.iters, args.stat, args.attention)
+        ceil += [run_ceiling(exe, args.threads) for _ in range(3)]
     res["ceiling_runs_gmac_s"] = ceil
     res["ceiling_gmac_s"] = max(ceil)
     for n, r in res["rows"].items():

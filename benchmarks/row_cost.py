@@ -20,11 +20,11 @@ import argparse
 import json
 import os
 import tempfile
-import time
 
 import numpy as np
 
 from benchmarks.diffusion_vs_ar import DEFAULT_PROMPTS, load_prompts
+from benchmarks.timing import per_call
 
 # Demo-like shapes: (hidden, intermediate, layers, query heads, KV heads), head size 64, vocab 4096.
 SHAPES = {
@@ -61,10 +61,9 @@ def forward_costs(engine, rows: list[int], pos: int, rounds: int, iters: int) ->
     best = {R: float("inf") for R in rows}
     for _ in range(rounds):
         for R in rows:
-            t = time.perf_counter()
-            for _ in range(iters):
-                engine.forward(batches[R], start=pos, commit=False, attention="causal", rows=range(R))
-            best[R] = min(best[R], (time.perf_counter() - t) / iters)
+            step = per_call(lambda: engine.forward(batches[R], start=pos, commit=False, attention="causal",
+                                                   rows=range(R)), iters)
+            best[R] = min(best[R], step)
     engine.reset()
     return {R: 1e3 * s for R, s in best.items()}
 

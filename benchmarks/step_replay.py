@@ -17,11 +17,11 @@ optimistic: in a real decode the Python between forwards evicts part of the engi
 take benchmarks.diffusion_vs_ar on a quiet machine as the authority.
 """
 import argparse
-import time
 
 import numpy as np
 
 from benchmarks.diffusion_vs_ar import DEFAULT_PROMPTS, load_prompts
+from benchmarks.timing import best_per_call
 
 
 class Recorder:
@@ -64,15 +64,6 @@ class Replay:
         pass
 
 
-def fastest(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def engine_seconds(engine, calls, repeats: int, cache: dict) -> float:
     """The fastest time of each recorded forward, run alone (uncommitted, after position 0), summed."""
     ids = [int(i) for i in np.random.default_rng(0).integers(5, engine.vocab_size - 1, engine.ctx)]
@@ -82,8 +73,8 @@ def engine_seconds(engine, calls, repeats: int, cache: dict) -> float:
         key = (n, start, None if rows is None else tuple(rows), kv_end)
         if key not in cache:
             tokens = ids[start:start + n]
-            cache[key] = fastest(lambda: engine.forward(tokens, start=start, commit=False, rows=rows, kv_end=kv_end),
-                                 repeats)
+            cache[key] = best_per_call(lambda: engine.forward(tokens, start=start, commit=False, rows=rows,
+                                                              kv_end=kv_end), 1, repeats)
         total += cache[key]
     return total
 
@@ -119,7 +110,7 @@ def measure(model, prompts, repeats: int, knobs: dict, common: dict) -> dict:
 
         model.engine = replay
         try:
-            f["python_s"] = fastest(decode_all, repeats)
+            f["python_s"] = best_per_call(decode_all, 1, repeats)
         finally:
             model.engine = real
     return figures

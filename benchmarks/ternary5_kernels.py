@@ -11,13 +11,13 @@ attention: where a forward's time goes inside the kernels (forward_breakdown and
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 from bitnet_app import _engine_testing
 from bitnet_app.engine import kernel_paths
 from bitnet_app.engine.packing import PACKING_2BIT, PACKING_16BIT, pack_tiles
+from benchmarks.timing import seconds
 
 # (N, K) of one 2B-4T layer's ternary matrices: q, k, v, o, gate, up, down
 LAYER_SHAPES = ((2560, 2560), (640, 2560), (640, 2560), (2560, 2560), (6912, 2560), (6912, 2560), (2560, 6912))
@@ -37,13 +37,13 @@ def layer_matrices(layers: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndar
 def time_layers(isa: str, mats, x: dict, five: bool) -> float:
     """ms per layer of one pass over the matrices, in either packing (the 1.6-bit tiles already in the bytes the
     path reads: main() translates them once, as the engine does when it loads a file)."""
-    t = time.perf_counter()
-    for tiles2, tiles5, scale, k in mats:
-        if five:
-            _engine_testing.kernel_ternary5(isa, tiles5, scale, x[k], as_read=True)
-        else:
-            _engine_testing.kernel_ternary(isa, tiles2, scale, x[k])
-    return (time.perf_counter() - t) * 1e3 / (len(mats) // len(LAYER_SHAPES))
+    def one_pass():
+        for tiles2, tiles5, scale, k in mats:
+            if five:
+                _engine_testing.kernel_ternary5(isa, tiles5, scale, x[k], as_read=True)
+            else:
+                _engine_testing.kernel_ternary(isa, tiles2, scale, x[k])
+    return seconds(one_pass) * 1e3 / (len(mats) // len(LAYER_SHAPES))
 
 
 def main(argv=None) -> int:

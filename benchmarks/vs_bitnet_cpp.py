@@ -28,18 +28,12 @@ other's state; the files stay in the page cache. Beside every invocation the loa
 average before it and `other` = CPU cores used by everything else during it (from /proc/stat minus the child's
 own CPU time; 0.00 = quiet; on 2 cores, > 0.1 contaminates a 2-thread figure).
 
-The training job named by /tmp/demo-train.pid (if it names a running, not already stopped, process) is paused
-with SIGSTOP for each invocation alone (seconds, never minutes) and resumed with SIGCONT right after, on any
-exit of this script, and in any case by a watchdog process after WATCHDOG_S seconds (benchmarks/training_pause.py).
-
 The read roof (GB/s that the threads reach reading a buffer: decode's ceiling) is measured at the start and the
-end of the sitting, paused like the rest, with benchmarks/ceilings/readbw.c (AVX2 loads + prefetch: the figure the
+end of the sitting with benchmarks/ceilings/readbw.c (AVX2 loads + prefetch: the figure the
 other sections of BENCHMARKS.md quote) and with the engine's own roof.c (plain C, what the model picker uses).
 
-Other processes (another user's jobs: only the training is paused) are waited for: before each invocation, up to
---quiet-wait seconds until they use at most --max-other cores (measured over 1 s, the training's own CPU time
-excluded, so it need not be paused to wait); an invocation they disturbed anyway is run again, up to RETRIES
-times. The summary drops invocations still disturbed where undisturbed ones of the same figure exist.
+Other processes are waited for: before each invocation, up to --quiet-wait seconds until they use at most
+--max-other cores (measured over 1 s); an invocation they disturbed anyway is run again, up to RETRIES times. The summary drops invocations still disturbed where undisturbed ones of the same figure exist.
 
 Prints a markdown table (and the ratios ours / theirs per test); --json writes every sample; --report JSON prints
 the tables of a saved sitting again. A sitting of the defaults takes ~5 min on a quiet machine (longer while it
@@ -52,7 +46,6 @@ import json
 import os
 import re
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -61,7 +54,7 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.run_benchmarks import build_ceiling
-from benchmarks.training_pause import TrainingPause, raise_on_signal, training_pid
+from benchmarks.timing import seconds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -190,9 +183,7 @@ def measure_ours(path: str, test: str, lm_head: str, threads: int, repeats: int)
     run(1 if n_gen else n_prompt)
     samples = []
     for _ in range(repeats):
-        t = time.perf_counter()
-        run(n_gen)
-        samples.append((n_prompt or n_gen) / (time.perf_counter() - t))
+        samples.append((n_prompt or n_gen) / seconds(lambda: run(n_gen)))
     return {"test": test, "samples_ts": samples, "isa": eng.isa, "threads": eng.threads, "kv": eng.kv,
             "bytes_per_token": bytes_per_token(ef, lm_head)}
 
@@ -242,27 +233,14 @@ def cpu_busy_s() -> float:
     return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system, all threads) a process has used; 0 for None or a process that is gone."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
-
-
 def wait_for_quiet(max_other: float, timeout_s: float) -> float:
-    """Wait (at most timeout_s) until everything but the training job uses <= max_other cores over 1 s; the last
-    such figure."""
+    """Wait (at most timeout_s) until the machine's other processes use <= max_other cores over 1 s; the last such
+    figure."""
     t_end = time.monotonic() + timeout_s
     while True:
-        pid = training_pid()
-        b0, c0 = cpu_busy_s(), process_cpu_s(pid)
+        b0 = cpu_busy_s()
         time.sleep(1.0)
-        other = other_cores(cpu_busy_s() - b0, process_cpu_s(pid) - c0, 1.0)
+        other = other_cores(cpu_busy_s() - b0, 0.0, 1.0)
         if other <= max_other or time.monotonic() >= t_end:
             return other
 
@@ -272,18 +250,17 @@ def other_cores(busy_s: float, child_cpu_s: float, wall_s: float) -> float:
     return max(0.0, (busy_s - child_cpu_s) / wall_s)
 
 
-def invoke(cmd: list[str], pause: TrainingPause) -> tuple[str, dict]:
-    """Run one measurement process inside a training pause; its stdout and the load around it."""
+def invoke(cmd: list[str]) -> tuple[str, dict]:
+    """Run one measurement process; its stdout and the load around it."""
     load1 = os.getloadavg()[0]
-    with pause:
-        r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_busy_s(), time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        r1, b1, t1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_busy_s(), time.perf_counter()
+    r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_busy_s(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    r1, b1, t1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_busy_s(), time.perf_counter()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     child = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return proc.stdout, {"load1_before": load1, "other_cores": round(other_cores(b1 - b0, child, t1 - t0), 3),
-                         "wall_s": round(t1 - t0, 2), "paused_training": pause.pid is not None}
+                         "wall_s": round(t1 - t0, 2)}
 
 
 # ---- the sitting -----------------------------------------------------------------------------------------------
@@ -292,7 +269,7 @@ def invoke_quietly(cmd: list[str], max_other: float, quiet_wait_s: float, say) -
     """invoke once the machine is quiet (wait_for_quiet); again (up to RETRIES times) if others disturbed it."""
     for attempt in range(RETRIES + 1):
         before = wait_for_quiet(max_other, quiet_wait_s)
-        out, load = invoke(cmd, TrainingPause(training_pid()))
+        out, load = invoke(cmd)
         if load["other_cores"] <= max_other or attempt == RETRIES:
             return out, dict(load, other_before=round(before, 3), retries=attempt)
         say(f"  (other processes used {load['other_cores']:.2f} cores during it: again)")
@@ -491,8 +468,6 @@ def main(argv=None) -> int:
 
     from bitnet_app.bench import synthetic_file
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, raise_on_signal)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     with synthetic_file("2b4t") as path:  # a kept copy in the cache is used as it is
         say(f"ours: {path}; theirs: " + ", ".join(f"{n}: {m}" for n, (_b, m) in theirs.items()))

@@ -1,15 +1,13 @@
 """benchmarks/vs_bitnet_cpp.py's own logic, with no bitnet.cpp build: reading llama-bench's JSON, the clear
-error (exit 2, what to run) when the anchor is missing, and the training pause on a real process."""
+error (exit 2, what to run) when the anchor is missing, the load figures and the read roof."""
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from benchmarks import training_pause, vs_bitnet_cpp as vs
+from benchmarks import vs_bitnet_cpp as vs
 from benchmarks.run_benchmarks import build_ceiling
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -190,68 +188,6 @@ def test_summary_and_ratios_come_from_the_undisturbed_samples():
 def test_other_load_is_the_machine_minus_the_child():
     assert vs.other_cores(busy_s=4.0, child_cpu_s=3.0, wall_s=2.0) == 0.5
     assert vs.other_cores(busy_s=3.9, child_cpu_s=4.0, wall_s=2.0) == 0.0  # tick rounding, never negative
-
-
-def test_a_process_cpu_time_is_read_from_proc():
-    job = subprocess.Popen([sys.executable, "-c", "import sys, time\nwhile time.process_time() < 0.3: pass\n"
-                            "print(flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True)
-    try:
-        job.stdout.readline()  # it has used 0.3 s of CPU
-        assert 0.29 <= vs.process_cpu_s(job.pid) < 5
-    finally:
-        job.kill()
-        job.wait()
-    assert vs.process_cpu_s(job.pid) == 0.0 and vs.process_cpu_s(None) == 0.0
-
-
-def _state(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def test_the_training_pause_stops_and_always_resumes(tmp_path, monkeypatch):
-    job = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy stand-in for the training job
-    try:
-        pid_file = tmp_path / "train.pid"
-        monkeypatch.setattr(training_pause, "TRAIN_PID_FILE", str(pid_file))
-        assert vs.training_pid() is None  # no file
-        pid_file.write_text(f"{job.pid}\n")
-        assert vs.training_pid() == job.pid
-        with pytest.raises(RuntimeError, match="inside"):
-            with vs.TrainingPause(vs.training_pid()) as pause:
-                time.sleep(0.2)
-                assert _state(job.pid) == "T"
-                watchdog = pause.watchdog
-                assert watchdog.poll() is None  # the watchdog waits to resume it if we die
-                raise RuntimeError("a failure inside the pause")
-        time.sleep(0.2)
-        assert _state(job.pid) == "R"  # resumed on the way out of the failure
-        assert watchdog.poll() is not None  # and the watchdog is gone
-        os.kill(job.pid, signal.SIGSTOP)  # someone else's pause: left alone
-        time.sleep(0.2)
-        assert vs.training_pid() is None
-        os.kill(job.pid, signal.SIGCONT)
-    finally:
-        job.kill()
-        job.wait()
-    time.sleep(0.1)
-    assert vs.training_pid() is None  # a finished process is not paused
-
-
-def test_the_watchdog_resumes_a_pause_its_owner_left(tmp_path, monkeypatch):
-    """If the script dies inside a pause (SIGKILL: no handler runs), the watchdog resumes the job."""
-    monkeypatch.setattr(training_pause, "WATCHDOG_S", 1)
-    job = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        pause = vs.TrainingPause(job.pid).__enter__()  # entered, never exited: as if killed
-        time.sleep(0.2)
-        assert _state(job.pid) == "T"
-        pause.watchdog.wait(timeout=10)
-        time.sleep(0.2)
-        assert _state(job.pid) == "R"
-    finally:
-        job.kill()
-        job.wait()
 
 
 def test_the_read_roof_comes_from_the_ceiling_tool(tmp_path):
