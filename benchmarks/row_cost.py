@@ -37,7 +37,7 @@ SHAPES = {
 
 def shape_file(name: str, folder: str) -> str:
     """A random engine file of one of SHAPES in the tiles this CPU's converter writes (written once into folder)."""
-    from bitnet_app.checkpoint.shapes import _shape
+    from bitnet_app.checkpoint.presets import _shape
     from bitnet_app.checkpoint.synthetic import write_synthetic_engine_file
     from bitnet_app.engine.kernel_paths import preferred_packing
 

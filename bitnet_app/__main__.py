@@ -21,7 +21,7 @@ import re
 import sys
 import time
 
-from .checkpoint.shapes import SHAPES
+from .checkpoint.presets import SHAPES
 from .engine import kernel_paths
 
 PACKINGS = ("2bit", "1.6bit")  # engine/packing.py PACKINGS: the layouts of the ternary tiles

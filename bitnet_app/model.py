@@ -25,7 +25,7 @@ from .decode.events import Done
 from .engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE, EngineFile
 from .engine.kernel_paths import BY_NAME as KERNEL_PATHS
 from .engine.runtime import Engine
-from .engine.shapes import parameter_count
+from .engine.sizes import parameter_count
 from .machine import process_rss, total_ram
 from .params import KNOBS, DecodeParams, ParameterTypeError
 from .text import chat

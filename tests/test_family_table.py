@@ -10,7 +10,7 @@ from bitnet_app.checkpoint import families
 from bitnet_app.checkpoint.config import NotBitNet, read_model_config
 from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.checkpoint.families import FAMILIES, SUB_NORM_NAMINGS, family_of
-from bitnet_app.checkpoint.shapes import SHAPES
+from bitnet_app.checkpoint.presets import SHAPES
 from bitnet_app.engine.file import EngineFile
 from bitnet_app.engine.validate import ACTIVATIONS, rope_scaling_problem
 

@@ -9,7 +9,7 @@ config.py             config.json, tokenizer, chat template, DLM settings, check
 safetensors_reader.py the weights, read lazily from *.safetensors
 convert.py            checkpoint folder -> one packed engine file (engine/file.py)
 weight_range.py       every float it reads or writes finite and in real weights' range (the tensor, the index named)
-shapes.py             the named shapes of synthetic engine files (catalog models and tiny test shapes)
+presets.py            the named shapes of synthetic engine files (catalog models and tiny test shapes)
 synthetic.py          a random engine file of a named shape, for benchmarks and tests
 
 Callers outside the package use bitnet_app.source (model source -> engine file), not these modules.

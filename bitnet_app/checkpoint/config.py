@@ -18,7 +18,7 @@ import os
 
 from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE
 from ..engine.rope import ROPE_SCALING_KEYS
-from ..engine.shapes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
+from ..engine.sizes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
 from ..engine.validate import ACTIVATIONS, config_problem
 from .families import FAMILIES, Family, architectures_of, family_of
 from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, check_inside, read_text

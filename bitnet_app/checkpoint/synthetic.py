@@ -2,7 +2,7 @@
 
     write_synthetic_engine_file(out_path, shape="2b4t", seed=0, layout=None) -> out_path
 
-For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests. The shapes (checkpoint/shapes.py): the
+For benchmarks (`python -m bitnet_app bench --synthetic 2b4t`) and tests. The shapes (checkpoint/presets.py): the
 real 2B-4T shape (30 layers, 2560/6912, 20/5 heads, vocab 128256), the Llama-family shapes falcon3-1b, falcon3-3b,
 falcon3-7b, falcon3-10b, llama3-8b, 1bitLLM's bitnet-3b, and the tiny test shapes. The rest follows the shape's
 family (checkpoint/families.py), as the real models do: its activation, its sub-norms (or none), a tied or an
@@ -23,7 +23,7 @@ from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE, write_engine_file
 from ..text.chat import BITNET_CHAT_TEMPLATE   # microsoft/bitnet-b1.58-2B-4T's (its tokenizer_config.json)
 from .convert import CONVERTER_VERSION, build_int8_head
 from .families import FAMILIES
-from .shapes import SHAPES
+from .presets import SHAPES
 
 # 81 = 3^4 byte values whose four 2-bit fields are all in {0, 1, 2}; a random byte b maps to entry b % 81
 # (a slight bias towards the first 13 entries is irrelevant for a benchmark and much faster than integers(0, 81))

@@ -28,6 +28,7 @@ resident.py   the streamed weights copied into huge pages, shared by the engines
 rope.py       the RoPE frequencies (llama3 rope scaling) handed to the C engine
 reference.py  the plain numpy forward of an engine file: the slow, independent reference of the C forward
 kernel_paths.py  the kernel paths' names and labels: the one list on the Python side (dispatch.c holds C's)
+sizes.py      a model's projection shapes, ternary weight count and parameter count, from its normalized config
 """
 from .file import EngineFile, EngineFileError
 from .runtime import Engine

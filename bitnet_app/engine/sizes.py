@@ -1,4 +1,4 @@
-"""The logical shapes of a model, from its normalized config (checkpoint/config.py writes it, validate.py checks it).
+"""The logical sizes of a model, from its normalized config (checkpoint/config.py writes it, validate.py checks it).
 
     projection_shapes(cfg)        -> {"self_attn.q_proj": (N out, K in), ...}: the seven ternary projections of a layer
     ternary_weight_count(cfg)     -> ternary weights of the whole model
