@@ -84,35 +84,19 @@ class Needs:
     expected_tok_s: float | None   # None when the read roof is unknown
 
 
-ENTRIES = {e.repo: e for e in (
-    Entry("microsoft/bitnet-b1.58-2B-4T", "BitNet b1.58 2B-4T (Microsoft)", "bitnet",
-          hidden=2560, intermediate=6912, layers=30, heads=20, kv_heads=5, head_dim=128, vocab=128256, context=4096,
-          weights="packed", chat=True),
-    Entry("microsoft/bitnet-b1.58-2B-4T-bf16", "BitNet b1.58 2B-4T, bf16 master weights", "bitnet",
-          hidden=2560, intermediate=6912, layers=30, heads=20, kv_heads=5, head_dim=128, vocab=128256, context=4096,
-          weights="latent", chat=True),
-    Entry("tiiuae/Falcon3-1B-Instruct-1.58bit", "Falcon3 1B Instruct 1.58-bit (TII)", "llama",
-          hidden=2048, intermediate=8192, layers=18, heads=8, kv_heads=4, head_dim=256, vocab=131072, context=8192,
-          weights="packed", chat=True),
-    Entry("tiiuae/Falcon3-3B-Instruct-1.58bit", "Falcon3 3B Instruct 1.58-bit (TII)", "llama",
-          hidden=3072, intermediate=9216, layers=22, heads=12, kv_heads=4, head_dim=256, vocab=131072, context=4096,
-          weights="packed", chat=True, verified=False),
-    Entry("tiiuae/Falcon3-7B-Instruct-1.58bit", "Falcon3 7B Instruct 1.58-bit (TII)", "llama",
-          hidden=3072, intermediate=23040, layers=28, heads=12, kv_heads=4, head_dim=256, vocab=131072, context=8192,
-          weights="packed", chat=True),
-    Entry("tiiuae/Falcon3-10B-Instruct-1.58bit", "Falcon3 10B Instruct 1.58-bit (TII)", "llama",
-          hidden=3072, intermediate=23040, layers=40, heads=12, kv_heads=4, head_dim=256, vocab=131072, context=32768,
-          weights="packed", chat=True, verified=False),
-    Entry("HF1BitLLM/Llama3-8B-1.58-100B-tokens", "Llama3 8B 1.58-bit, 100B tokens (HF1BitLLM)", "llama",
-          hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=128256, context=8192,
-          weights="packed", chat=True, verified=False),
-    Entry("1bitLLM/bitnet_b1_58-large", "bitnet_b1_58-large, the 2024 paper's reproduction (base model)", "1bitllm",
-          hidden=1536, intermediate=4096, layers=24, heads=16, kv_heads=16, head_dim=96, vocab=32002, context=2048,
-          weights="latent", chat=False),
-    Entry("1bitLLM/bitnet_b1_58-3B", "bitnet_b1_58-3B, the 2024 paper's reproduction (base model)", "1bitllm",
-          hidden=3200, intermediate=8640, layers=26, heads=32, kv_heads=32, head_dim=100, vocab=32002, context=2048,
-          weights="latent", chat=False, verified=False),
-)}
+# One row a checkpoint, Entry's fields in order: repo, name, family, hidden, intermediate, layers, heads, kv_heads,
+# head_dim, vocab, context, weights, chat[, verified]
+ENTRIES = {e.repo: e for e in (Entry(*row) for row in (
+    ("microsoft/bitnet-b1.58-2B-4T", "BitNet b1.58 2B-4T (Microsoft)", "bitnet", 2560, 6912, 30, 20, 5, 128, 128256, 4096, "packed", True),
+    ("microsoft/bitnet-b1.58-2B-4T-bf16", "BitNet b1.58 2B-4T, bf16 master weights", "bitnet", 2560, 6912, 30, 20, 5, 128, 128256, 4096, "latent", True),
+    ("tiiuae/Falcon3-1B-Instruct-1.58bit", "Falcon3 1B Instruct 1.58-bit (TII)", "llama", 2048, 8192, 18, 8, 4, 256, 131072, 8192, "packed", True),
+    ("tiiuae/Falcon3-3B-Instruct-1.58bit", "Falcon3 3B Instruct 1.58-bit (TII)", "llama", 3072, 9216, 22, 12, 4, 256, 131072, 4096, "packed", True, False),
+    ("tiiuae/Falcon3-7B-Instruct-1.58bit", "Falcon3 7B Instruct 1.58-bit (TII)", "llama", 3072, 23040, 28, 12, 4, 256, 131072, 8192, "packed", True),
+    ("tiiuae/Falcon3-10B-Instruct-1.58bit", "Falcon3 10B Instruct 1.58-bit (TII)", "llama", 3072, 23040, 40, 12, 4, 256, 131072, 32768, "packed", True, False),
+    ("HF1BitLLM/Llama3-8B-1.58-100B-tokens", "Llama3 8B 1.58-bit, 100B tokens (HF1BitLLM)", "llama", 4096, 14336, 32, 32, 8, 128, 128256, 8192, "packed", True, False),
+    ("1bitLLM/bitnet_b1_58-large", "bitnet_b1_58-large, the 2024 paper's reproduction (base model)", "1bitllm", 1536, 4096, 24, 16, 16, 96, 32002, 2048, "latent", False),
+    ("1bitLLM/bitnet_b1_58-3B", "bitnet_b1_58-3B, the 2024 paper's reproduction (base model)", "1bitllm", 3200, 8640, 26, 32, 32, 100, 32002, 2048, "latent", False, False),
+))}
 
 
 def needs(e: Entry, roof_gb_s: float | None = None, packing: str = "2bit") -> Needs:
