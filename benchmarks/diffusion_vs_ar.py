@@ -223,7 +223,7 @@ def print_single_steps(costs: dict, knobs: dict, sampling: dict | None = None) -
                   f"{c['over_ar']:.2f}x an AR token")
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="demo", help="engine file, checkpoint folder, or 'demo' (the bundled model)")
     ap.add_argument("--prompts-file", default=DEFAULT_PROMPTS, help='JSON {"skills": [...], "open": [...]}')
@@ -242,7 +242,11 @@ def main(argv=None):
                     help="the model's own sampling (seeded), as the app starts, instead of greedy decoding")
     ap.add_argument("--steps-only", action="store_true", help="only the single-step costs (no replies)")
     ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     import bitnet_app
     from bitnet_app.params import KNOBS

@@ -132,7 +132,7 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="demo")
     ap.add_argument("--threads", type=int, default=2)
@@ -148,8 +148,24 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", choices=("block", "causal"), default="block",
                     help="the forwards' attention pattern (default: block, blocks of 32)")
     ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def run_header(eng, src: str, cfg: dict, pos: int, args) -> dict:
+    """The run's record before any figure: when, which commit, CPU, model, engine settings, the load."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M UTC"),
+            "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip(),
+            "cpu": re.search(r"Model name:\s*(.+)", subprocess.run(["lscpu"], capture_output=True, text=True).stdout)
+            .group(1).strip(), "model": os.path.abspath(eng.file.path) if hasattr(eng.file, "path") else src,
+            "config": cfg, "isa": eng.isa, "threads": eng.threads, "lm_head": eng.lm_head, "kv": eng.kv,
+            "pos": pos, "attention": args.attention, "repeats": args.repeats, "iters": args.iters, "stat": args.stat,
+            "load_average": os.getloadavg(), "macs_per_row": macs_per_row(cfg), "rows": {},
+            "ceiling_tool": ceiling_tool(eng.isa)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     import bitnet_app
 
     src = args.model
@@ -167,15 +183,7 @@ def main(argv=None) -> int:
     ids = np.random.default_rng(0).integers(0, eng.vocab_size, size=pos + max(ns))
     if pos:
         eng.forward(ids[:pos], start=0, commit=True)
-    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M UTC"),
-           "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip(),
-           "cpu": re.search(r"Model name:\s*(.+)", subprocess.run(["lscpu"], capture_output=True, text=True).stdout)
-           .group(1).strip(), "model": os.path.abspath(eng.file.path) if hasattr(eng.file, "path") else src,
-           "config": cfg, "isa": eng.isa, "threads": eng.threads, "lm_head": eng.lm_head, "kv": eng.kv,
-           "pos": pos, "attention": args.attention, "repeats": args.repeats, "iters": args.iters, "stat": args.stat,
-           "load_average": os.getloadavg(), "macs_per_row": macs_per_row(cfg), "rows": {},
-           "ceiling_tool": ceiling_tool(eng.isa)}
+    res = run_header(eng, src, cfg, pos, args)
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_ceiling(ceiling_tool(eng.isa), tmp)
         ceil = [run_ceiling(exe, args.threads) for _ in range(3)]

@@ -433,7 +433,7 @@ def describe_machine() -> str:
     return f"{m['cpu']}, {m['cpus']} CPUs, flags {' '.join(m['flags'])}"
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--anchor", default=default_anchor(),
                     help="bitnet.cpp anchor folder made by shared/tools/bitnet_cpp/build.sh "
@@ -450,7 +450,11 @@ def main(argv=None) -> int:
                     help="the bare git dir the anchor was built from, to record its commit (default: $BITNET_LINUX_GIT)")
     ap.add_argument("--json", help="write the summary and every sample here")
     ap.add_argument("--report", metavar="JSON", help="print the tables of a sitting saved with --json; measure nothing")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if args.report:
         with open(args.report) as f:
             print(markdown(json.load(f)))

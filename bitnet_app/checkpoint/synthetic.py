@@ -119,7 +119,7 @@ def tiny_tokenizer_json(bos: int, eos: int, eot: int) -> str:
 
 def write_synthetic_engine_file(out_path: str, shape: str | dict = "2b4t", seed: int = 0,
                                 layout: str | None = None) -> str:
-    """shape: a name of SHAPES, or a dict of the same keys (shapes._shape makes one); layout: the ternary tiles'
+    """shape: a name of SHAPES, or a dict of the same keys (presets._shape makes one); layout: the ternary tiles'
     packing (packing.PACKINGS); None: what the converter writes on this CPU."""
     if isinstance(shape, dict):
         s = shape
@@ -130,40 +130,53 @@ def write_synthetic_engine_file(out_path: str, shape: str | dict = "2b4t", seed:
     if layout is None:
         from ..engine.kernel_paths import preferred_packing
         layout = preferred_packing()
-    rng = np.random.default_rng(seed)
+    fam = FAMILIES[s["family"]]
+    scale_mode = "divide" if fam.packed_scale == "divide" else "multiply"   # 2B-4T's scales multiply
+    tensors = _random_tensors(s, fam, scale_mode, layout, np.random.default_rng(seed))
+    meta = _metadata(s, fam, scale_mode, layout, shape, seed)
+    write_engine_file(out_path, meta, tensors)
+    return out_path
+
+
+def _random_tensors(s: dict, fam, scale_mode: str, layout: str, rng) -> dict:
+    """The engine file's tensors for shape s: bf16 embedding (and untied head), norms near 1, random ternary tiles
+    with one multiplier per projection, the int8 head."""
     D, I, L, V = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["vocab_size"]
     q, kv = s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
+    assert all(x % 16 == 0 for x in (D, I, q, kv)), "synthetic shapes must be tile aligned"
 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    fam = FAMILIES[s["family"]]
-    scale_mode = "divide" if fam.packed_scale == "divide" else "multiply"   # 2B-4T's scales multiply
     lo, hi = (1.2, 1.8) if scale_mode == "multiply" else (0.015, 0.03)   # weight_scale, or 1 / weight_scale
-    sub_norms, tied = fam.sub_norms is not None, fam.tied_head
 
     def scales(*rows):  # one multiplier per projection, repeated over its rows
         return np.concatenate([np.full(r, rng.uniform(lo, hi), dtype=np.float32) for r in rows])
 
     tensors = {"embed": random_bf16(rng, V, D, std=0.5), "norm": norm(D)}
-    if not tied:
+    if not fam.tied_head:
         tensors["lm_head"] = random_bf16(rng, V, D, std=0.02)
     for i in range(L):
         o = f"layers.{i}."
         tensors.update({o + "attn_norm": norm(D), o + "ffn_norm": norm(D)})
-        if sub_norms:
+        if fam.sub_norms is not None:
             tensors.update({o + "attn_sub_norm": norm(D), o + "ffn_sub_norm": norm(I)})
         for name, rows, k in (("qkv", (q, kv, kv), D), ("o", (D,), q), ("gate_up", (I, I), D), ("down", (D,), I)):
             tensors[o + name + ".codes"] = random_tiles(rng, sum(rows), k, layout)
             tensors[o + name + ".scale"] = scales(*rows)
     tensors.update(build_int8_head(tensors.get("lm_head", tensors["embed"])))
+    return tensors
 
+
+def _metadata(s: dict, fam, scale_mode: str, layout: str, shape, seed: int) -> dict:
+    """The engine file's metadata for shape s: the config, a tiny tokenizer, the 2B-4T chat template, where it
+    came from."""
     config = {k: s[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")}
     config.update(rope_theta=s["rope_theta"], rms_norm_eps=1e-5, bos_token_id=s["bos"],
-                  eos_token_id=s["eos"], hidden_act=fam.activation, sub_norms=sub_norms,
-                  tie_word_embeddings=tied, rope_scaling=None)
-    meta = {
+                  eos_token_id=s["eos"], hidden_act=fam.activation, sub_norms=fam.sub_norms is not None,
+                  tie_word_embeddings=fam.tied_head, rope_scaling=None)
+    return {
         "config": config,
         "ternary_packing": layout,
         "tokenizer_json": tiny_tokenizer_json(s["bos"], s["eos"], s["eot"]),
@@ -180,9 +193,6 @@ def write_synthetic_engine_file(out_path: str, shape: str | dict = "2b4t", seed:
                    "scale_mode_inferred": False, "embed_dtype": "BF16",
                    "converter_version": CONVERTER_VERSION},
     }
-    assert all(x % 16 == 0 for x in (D, I, q, kv)), "synthetic shapes must be tile aligned"
-    write_engine_file(out_path, meta, tensors)
-    return out_path
 
 
 if __name__ == "__main__":  # python -m bitnet_app.checkpoint.synthetic OUT [shape]
