@@ -13,7 +13,7 @@ quantization makes random ternary models chaotic: when x*127/max|x| lies near a 
 1e-6 relative nudge flips one integer, which moves that token's logits (and, through K/V, sometimes
 every later token's). So for every model the test nudges the reference's input embedding by 1e-6
 (relative, 8 random directions) and all its weight scales by (1 +- 1e-6), on each prompt, and sets
-the tolerances to TOL_FACTOR = 3 x the largest move seen (with floors, see calibrate()).
+the tolerances to TOL_FACTOR = 3 x the largest move seen (with floors, see parity_reference.calibrate()).
 Error = max over the vocabulary of |a - ref| / max |ref| (the logit scale), per position. Measured
 during development (avx512, avx2 and portable alike; 6 prompts x 10 nudges x 3 models):
   - between flips, positions agree to the fp32 floor: median error 2e-7..7e-7, for the nudged

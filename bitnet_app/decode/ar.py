@@ -32,6 +32,18 @@ def _forward_commit(engine, ids, start, kv_ids):
     return logits[0]
 
 
+def _prefill(engine, prompt, kv_ids):
+    """The uncached part of the prompt in one forward: (the logits of its last row, which predict the first token;
+    how many leading prompt positions the cache already held)."""
+    reuse = reusable_prefix(kv_ids, prompt, engine.n_past)
+    if kv_ids is None:
+        engine.reset()
+    else:
+        engine.truncate(reuse)
+        del kv_ids[reuse:]
+    return _forward_commit(engine, prompt[reuse:], reuse, kv_ids), reuse
+
+
 def generate_ar(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detokenizer=None,
                 kv_ids: list | None = None):
     params = params.ready_for(engine.vocab_size)
@@ -53,15 +65,8 @@ def generate_ar(engine, prompt_ids, params, *, sampler=None, stop_ids=(), detoke
     context = list(prompt)  # what the repetition penalty looks at
     stop_reason = STOP_LENGTH
 
-    # Prefill: the uncached part of the prompt in one forward; its last row predicts the first token.
     with work, engine_time:
-        reuse = reusable_prefix(kv_ids, prompt, engine.n_past)
-        if kv_ids is None:
-            engine.reset()
-        else:
-            engine.truncate(reuse)
-            del kv_ids[reuse:]
-        logits = _forward_commit(engine, prompt[reuse:], reuse, kv_ids)
+        logits, reuse = _prefill(engine, prompt, kv_ids)
     forwards, prefill_s = 1, engine_time.seconds
 
     while True:
