@@ -98,6 +98,18 @@ def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear"
     if scale_range is None:
         scale_range = (20.0, 60.0) if linear_class == "bitlinear" else (1.0, 2.0)
 
+    tensors, truth = _random_weights(rng, layout, V, D, I, H, KVH, hd, num_hidden_layers, scale_range, embed_dtype)
+    _save_tensors(folder, tensors, shards)
+    config = _config(layout, linear_class, V, D, I, H, KVH, head_dim, num_hidden_layers, max_position_embeddings,
+                     rope_style, ids)
+    _write_text_files(folder, config, tok_json, ids, max_position_embeddings, chat_template, dlm_config)
+    truth.update(config=config, vocab_size=V, bos=ids[BOS], eos=ids[EOS], eot=ids[EOT],
+                 mask=ids.get(MASK), n_tokenizer=n_tok)
+    return truth
+
+
+def _random_weights(rng, layout, V, D, I, H, KVH, hd, num_hidden_layers, scale_range, embed_dtype):
+    """(tensors by checkpoint name, truth: the ternary codes and scales or the latent weights they hold)."""
     tensors, truth = {}, {"ternary": {}, "scale": {}, "latent": {}}
     tensors["model.embed_tokens.weight"] = torch.from_numpy(
         (rng.standard_normal((V, D)) * 0.5).astype(np.float32)).to(embed_dtype)
@@ -127,8 +139,12 @@ def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear"
                 tensors[name] = w
             else:
                 raise ValueError(f"layout must be 'offline' or 'online', not {layout!r}")
+    return tensors, truth
 
-    _save_tensors(folder, tensors, shards)
+
+def _config(layout, linear_class, V, D, I, H, KVH, head_dim, num_hidden_layers, max_position_embeddings, rope_style,
+            ids) -> dict:
+    """config.json of the checkpoint, as the BitNet repos on the Hub write it."""
     qc = {"quant_method": "bitnet", "quantization_mode": layout}
     if linear_class is not None:
         qc["linear_class"] = linear_class
@@ -149,6 +165,11 @@ def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear"
         config["rope_parameters"] = {"rope_theta": 500000.0, "rope_type": "default"}
     else:
         raise ValueError(f"rope_style must be 'flat' or 'parameters', not {rope_style!r}")
+    return config
+
+
+def _write_text_files(folder, config, tok_json, ids, max_position_embeddings, chat_template, dlm_config):
+    """config.json, generation_config.json, tokenizer.json, tokenizer_config.json (and dlm_config.json)."""
     _dump(folder, "config.json", config)
     _dump(folder, "generation_config.json", {"bos_token_id": ids[BOS], "eos_token_id": [ids[EOS], ids[EOT]],
                                              "do_sample": True, "temperature": 0.6, "top_p": 0.9,
@@ -162,9 +183,6 @@ def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear"
     _dump(folder, "tokenizer_config.json", tc)
     if dlm_config is not None:
         _dump(folder, "dlm_config.json", dlm_config)
-    truth.update(config=config, vocab_size=V, bos=ids[BOS], eos=ids[EOS], eot=ids[EOT],
-                 mask=ids.get(MASK), n_tokenizer=n_tok)
-    return truth
 
 
 def edit_json(folder, name, **changes):
