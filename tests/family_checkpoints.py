@@ -147,8 +147,6 @@ def _state_dict_shapes(f: dict, V: int) -> dict:
 
 def make_family_checkpoint(folder: str, name: str) -> dict:
     """Write family `name` (FAMILIES) to folder; return the Truth dict (config, ids, folder of the reference)."""
-    from transformers.integrations.bitnet import pack_weights
-
     f = FAMILIES[name]
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(f["seed"])
@@ -157,8 +155,24 @@ def make_family_checkpoint(folder: str, name: str) -> dict:
     n_tok = max(max(vocab["model"]["vocab"].values()), max(specials.values())) + 1
     V = f.get("vocab_size") or n_tok + f.get("extra_vocab", 0)
     ids = _token_ids(f["tokenizer"], specials)
+    tensors = _family_tensors(f, V, rng)
+    save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    config = _family_config(f, V, ids)
+    _write_family_text_files(folder, f, config, ids, tok_json)
+    truth = dict(name=name, family=f, config=config, vocab_size=V, n_tokenizer=n_tok, bos=ids["bos"],
+                 eos=ids["eos"], eot=ids["eot"], stops=ids["stops"], folder=folder, reference=folder,
+                 reference_class="LlamaForCausalLM")
+    if f["kind"] == "1bitllm":
+        truth.update(reference=_write_bitnet_reference(folder, f, tensors, config),
+                     reference_class="BitNetForCausalLM")
+    return truth
 
-    tensors, latent = {}, {}
+
+def _family_tensors(f: dict, V: int, rng) -> dict:
+    """The checkpoint's tensors by name, in the family's on-disk form (packed, bf16 latent or 1bitLLM's fp16)."""
+    from transformers.integrations.bitnet import pack_weights
+
+    tensors = {}
     for key, shape in _state_dict_shapes(f, V).items():
         proj = key.endswith("_proj.weight")
         if key in ("model.embed_tokens.weight", "lm_head.weight"):
@@ -178,8 +192,6 @@ def make_family_checkpoint(folder: str, name: str) -> dict:
             tensors[key] = w.to(torch.float16)          # 1bitLLM's uploads hold fp16 latent weights
         else:
             tensors[key] = w.to(torch.bfloat16)
-        if proj:
-            latent[key] = tensors[key]
     if f["kind"] == "1bitllm":  # BitNet's two sub-norms per layer, written under 1bitLLM's names
         D, I = f["hidden_size"], f["intermediate_size"]
         for i in range(f["num_hidden_layers"]):
@@ -188,8 +200,11 @@ def make_family_checkpoint(folder: str, name: str) -> dict:
                 tensors[f"model.layers.{i}.{ONEBITLLM_SUB_NORMS[bitnet_name]}.weight"] = w
         for k in [k for k in tensors if not k.endswith("_proj.weight")]:
             tensors[k] = tensors[k].to(torch.float16)    # the whole upload is fp16
-    save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    return tensors
 
+
+def _family_config(f: dict, V: int, ids: dict) -> dict:
+    """config.json as the family's uploads write it."""
     config = _llama_config(f, V).to_dict()
     for k in ("dtype", "torch_dtype", "transformers_version", "rope_parameters", "rope_scaling", "rope_theta"):
         config.pop(k, None)
@@ -207,6 +222,11 @@ def make_family_checkpoint(folder: str, name: str) -> dict:
     else:                                # 1bitLLM's config: custom class, no quantization_config
         config.update(architectures=["BitnetForCausalLM"], torch_dtype="float16", weight_bits=1, input_bits=8,
                       auto_map={"AutoModelForCausalLM": "modeling_bitnet.BitnetForCausalLM"})
+    return config
+
+
+def _write_family_text_files(folder: str, f: dict, config: dict, ids: dict, tok_json: str) -> None:
+    """config.json, generation_config.json, tokenizer.json and tokenizer_config.json."""
     _dump(folder, "config.json", config)
     gen = {"eos_token_id": ids["stops"] if len(ids["stops"]) > 1 else ids["stops"][0], "max_length": 256}
     if ids["bos"] is not None:
@@ -221,14 +241,6 @@ def make_family_checkpoint(folder: str, name: str) -> dict:
     if f["template"] is not None:
         tc["chat_template"] = f["template"]
     _dump(folder, "tokenizer_config.json", tc)
-
-    truth = dict(name=name, family=f, config=config, vocab_size=V, n_tokenizer=n_tok, bos=ids["bos"],
-                 eos=ids["eos"], eot=ids["eot"], stops=ids["stops"], folder=folder, reference=folder,
-                 reference_class="LlamaForCausalLM")
-    if f["kind"] == "1bitllm":
-        truth.update(reference=_write_bitnet_reference(folder, f, tensors, config),
-                     reference_class="BitNetForCausalLM")
-    return truth
 
 
 def _write_bitnet_reference(folder: str, f: dict, tensors: dict, config: dict) -> str:
