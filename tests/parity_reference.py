@@ -181,6 +181,37 @@ def greedy_check(model, case):
                 "split_margin": split_margin, "teacher_forced_agreement": agree}
 
 
+class CalibratedCase:
+    """What both parity suites hold per model (a subclass sets ref, a Reference, and stop_ids, then calls calibrate):
+    the reference's logits on the prompts, what 1e-6 nudges do to them and the tolerances calibrated from that,
+    the reference's greedy continuation; and the logits check against them."""
+
+    def calibrate(self, prompts, greedy_prompt):
+        self.prompts = prompts
+        self.refs = [self.ref.logits(ids) for ids in prompts]
+        self.sens = []  # (prompt index, nudge, summary against the un-nudged reference)
+        for p, (ids, r) in enumerate(zip(prompts, self.refs)):
+            self.sens += [(p, what, summary(n, r)) for what, n in self.ref.nudged_logits(ids)]
+        self.tol = calibrate([s for _, _, s in self.sens])
+        self.greedy_prompt = greedy_prompt
+        self.ref_seq, self.ref_rows = self.ref.greedy(greedy_prompt, GREEDY_NEW, self.stop_ids)
+
+    def check_logits(self, model):
+        return logits_check([model.logits(ids) for ids in self.prompts], self.refs, self.tol)
+
+
+def built_once(case_class, tmp_path_factory):
+    """get(name) -> case_class(name, a new folder), built on the first call for that name (a module fixture's
+    cases: each model is built and calibrated once, and only when a test asks for it)."""
+    built = {}
+
+    def get(name):
+        if name not in built:
+            built[name] = case_class(name, str(tmp_path_factory.mktemp(name)))
+        return built[name]
+    return get
+
+
 def fmt(d):
     """A dict of figures on one line."""
     return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in d.items())

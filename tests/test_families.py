@@ -34,8 +34,8 @@ from bitnet_app.engine.rope import rope_inv_freq
 from bitnet_app.model import Model
 from checkpoints import edit_json
 from family_checkpoints import FAMILIES, load_family_reference, make_family_checkpoint
-from parity_reference import (FP32_FLOOR, GREEDY_NEW, PROMPT_LEN, PROMPTS, Reference, calibrate, fmt, greedy_check,
-                              logits_check, position_errors, require_reference, summary)
+from parity_reference import (FP32_FLOOR, GREEDY_NEW, PROMPT_LEN, PROMPTS, CalibratedCase, Reference, built_once,
+                              fmt, greedy_check, position_errors, require_reference)
 from support import PATHS, logits_of_a_chat
 
 GREEDY_PROMPT = 10
@@ -58,7 +58,7 @@ def family_prompt(truth, n, seed):
     return head + [int(i) for i in rng.choice(pool, n - len(head))]
 
 
-class FamilyCase:
+class FamilyCase(CalibratedCase):
     """One family: checkpoint, engine file, reference, calibration, greedy reference (built once per module)."""
 
     def __init__(self, name, root):
@@ -70,14 +70,8 @@ class FamilyCase:
         self.model = Model.open(self.path, lm_head="exact", threads=2)
         self.stop_ids = self.model.stop_ids
         seed = FAMILIES[name]["seed"]
-        self.prompts = [family_prompt(self.truth, PROMPT_LEN, 100 * seed + p) for p in range(PROMPTS)]
-        self.refs = [self.ref.logits(ids) for ids in self.prompts]
-        self.sens = []
-        for p, (ids, r) in enumerate(zip(self.prompts, self.refs)):
-            self.sens += [(p, what, summary(n, r)) for what, n in self.ref.nudged_logits(ids)]
-        self.tol = calibrate([s for _, _, s in self.sens])
-        self.greedy_prompt = family_prompt(self.truth, GREEDY_PROMPT, 100 * seed + 99)
-        self.ref_seq, self.ref_rows = self.ref.greedy(self.greedy_prompt, GREEDY_NEW, self.stop_ids)
+        self.calibrate([family_prompt(self.truth, PROMPT_LEN, 100 * seed + p) for p in range(PROMPTS)],
+                       family_prompt(self.truth, GREEDY_PROMPT, 100 * seed + 99))
         self._broken = {}
 
     def converted(self, layout):
@@ -86,9 +80,6 @@ class FamilyCase:
         if not os.path.exists(path):
             convert_checkpoint(self.truth["folder"], path, packing=layout)
         return path
-
-    def check_logits(self, model):
-        return logits_check([model.logits(ids) for ids in self.prompts], self.refs, self.tol)
 
     def broken_model(self, bug):
         if bug not in self._broken:
@@ -104,13 +95,7 @@ class FamilyCase:
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     require_reference()
-    built = {}
-
-    def get(name):
-        if name not in built:
-            built[name] = FamilyCase(name, str(tmp_path_factory.mktemp(name)))
-        return built[name]
-    return get
+    return built_once(FamilyCase, tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,9 +40,9 @@ from bitnet_app.engine import packing
 from bitnet_app.checkpoint.convert import convert_checkpoint
 from bitnet_app.engine.file import EngineFile, write_engine_file
 from bitnet_app.model import Model
-from parity_reference import (FP32_FLOOR, GREEDY_NEW, GREEDY_PROMPT, PROMPT_LEN, PROMPTS, TOL_FACTOR, Reference,
-                              argmax_agreement, calibrate, fmt, greedy_check, logits_check, position_errors,
-                              require_reference, summary)
+from parity_reference import (FP32_FLOOR, GREEDY_NEW, GREEDY_PROMPT, PROMPT_LEN, PROMPTS, TOL_FACTOR,
+                              CalibratedCase, Reference, argmax_agreement, built_once, fmt, greedy_check,
+                              position_errors, require_reference)
 from support import PATHS
 
 
@@ -180,7 +180,7 @@ def write_broken(ef, fn, path):
 # ---------------------------------------------------------------------------------------------
 # one random model per config: checkpoint, engine file, reference, calibration (built once per module)
 
-class Case:
+class Case(CalibratedCase):
     def __init__(self, name, root):
         from checkpoints import make_hf_checkpoint
         self.name = name
@@ -193,14 +193,8 @@ class Case:
         self.model = Model.open(self.path, lm_head="exact", threads=2)
         self.stop_ids = self.model.stop_ids
         seed = CONFIGS[name]["seed"]
-        self.prompts = [prompt_ids(self.truth, PROMPT_LEN, 100 * seed + p) for p in range(PROMPTS)]
-        self.refs = [self.ref.logits(ids) for ids in self.prompts]
-        self.sens = []  # (prompt index, nudge, summary against the un-nudged reference)
-        for p, (ids, r) in enumerate(zip(self.prompts, self.refs)):
-            self.sens += [(p, what, summary(n, r)) for what, n in self.ref.nudged_logits(ids)]
-        self.tol = calibrate([s for _, _, s in self.sens])
-        self.greedy_prompt = prompt_ids(self.truth, GREEDY_PROMPT, 100 * seed + 99)
-        self.ref_seq, self.ref_rows = self.ref.greedy(self.greedy_prompt, GREEDY_NEW, self.stop_ids)
+        self.calibrate([prompt_ids(self.truth, PROMPT_LEN, 100 * seed + p) for p in range(PROMPTS)],
+                       prompt_ids(self.truth, GREEDY_PROMPT, 100 * seed + 99))
         self._broken = {}
 
     def broken_model(self, bug):
@@ -210,20 +204,11 @@ class Case:
             self._broken[bug] = Model.open(path, lm_head="exact", threads=2)
         return self._broken[bug]
 
-    def check_logits(self, model):
-        return logits_check([model.logits(ids) for ids in self.prompts], self.refs, self.tol)
-
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     require_reference()
-    built = {}
-
-    def get(name):
-        if name not in built:
-            built[name] = Case(name, str(tmp_path_factory.mktemp(name)))
-        return built[name]
-    return get
+    return built_once(Case, tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------------------------
