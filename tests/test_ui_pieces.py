@@ -107,24 +107,31 @@ def test_the_compare_sentence_says_why_diffusion_won_or_lost():
     assert compare_view.why(compare_view.summary(ar, lost)).startswith("Block diffusion was slower than AR (0.50×)")
 
 
-def test_timing_takes_the_median_and_spread_of_the_runs():
-    from bitnet_app.ui import timing
+def test_timing_counts_the_fastest_run_and_the_speedup_is_the_ratio_of_the_shown_tok_s():
+    from bitnet_app.ui import compare_view, timing
 
-    assert timing.spread([3.0, 1.0, 2.0, 9.0, 4.0]) == {"median": 3.0, "low": 1.0, "high": 9.0, "runs": 5}
-    ar = [{"tokens": 10, "total_s": t, "tok_s": 10 / t} for t in (0.010, 0.020, 0.010)]
-    diff = [{"tokens": 10, "steps": 2, "total_s": t, "tok_s": 10 / t} for t in (0.005, 0.005, 0.020)]
-    m = timing.median_pair(ar, diff)  # speed-ups 2.0, 4.0, 0.5: the median pair is the first
-    assert (m["speedup"], m["low"], m["high"], m["runs"]) == (2.0, 0.5, 4.0, 3)
-    assert m["tokens_per_step"] == 5.0 and abs(m["step_in_ar_tokens"] - 2.5) < 1e-9  # that pair's own figures
+    ar = [{"tokens": 10, "total_s": t, "tok_s": 10 / t} for t in (0.020, 0.010, 0.040)]
+    diff = [{"tokens": 10, "steps": 2, "total_s": t, "tok_s": 10 / t} for t in (0.005, 0.020, 0.008)]
+    fa, fd = timing.fastest(ar), timing.fastest(diff)
+    assert (fa["total_s"], fa["runs"], fa["low"], fa["high"]) == (0.010, 3, 250.0, 1000.0)
+    m = timing.pair(fa, fd)
+    assert m["speedup"] == fd["tok_s"] / fa["tok_s"] == 2.0  # the large figure: the ratio of the two shown
+    assert m["tokens_per_step"] == 5.0 and abs(m["step_in_ar_tokens"] - 2.5) < 1e-9
+    s = compare_view.summary({"stats": ar[0], "timing": fa}, {"stats": diff[0], "timing": fd}, dict(m, runs=3))
+    assert s["speedup"] == 2.0 and s["runs"] == 3
+    ar_chip = stats.speed_chips({"stats": ar[0], "timing": fa})[0][1]
+    diff_chip = stats.speed_chips({"stats": diff[0], "timing": fd})[0][1]
+    assert (ar_chip, diff_chip) == ("1,000 tok/s", "2,000 tok/s")  # 2,000 / 1,000 = the 2.00x above them
     assert timing.too_short({"total_s": 0.01}) and not timing.too_short({"total_s": 2.0}) and not timing.too_short(None)
-    assert (timing.runs_for(0.01), timing.runs_for(0.2), timing.runs_for(0.4)) == (9, 5, 3)  # odd, about a second
 
 
-def test_a_retimed_reply_shows_the_median_with_its_spread():
+def test_a_retimed_reply_shows_its_fastest_run_and_a_timed_one_no_speed_before():
     msg = {"mode": "ar", "stats": {"tokens": 89, "tok_s": 1020.0, "total_s": 0.087},
-           "timing": {"median": 10540.4, "low": 9800.0, "high": 11168.0, "runs": 5}}
+           "timing": {"tokens": 89, "tok_s": 10540.4, "total_s": 0.0084, "runs": 41, "low": 900.0, "high": 10540.4}}
     line = stats.text_line(msg)
-    assert "10,540 tok/s" in line and "median of 5 runs: 9,800–11,168" in line and "1,020" not in line
+    assert "10,540 tok/s" in line and "fastest of 41 runs" in line and "1,020" not in line
+    waiting = stats.html_row({"mode": "ar", "stats": msg["stats"]}, note="timing it again off screen…", speed=False)
+    assert "tok/s" not in waiting and "89 tokens" in waiting  # no figure until the final one
 
 
 def test_a_stopped_reply_keeps_its_figures():
@@ -262,13 +269,15 @@ def test_a_path_that_does_not_exist_is_not_called_a_checkpoint_folder(tmp_path):
     assert "checkpoint folder on this computer" in model_choices.describe(real)
 
 
-def test_the_picker_shows_short_names_with_sizes_and_the_demo_model_standing_in():
+def test_the_picker_shows_short_names_with_sizes_and_a_model_not_downloaded():
     from bitnet_app.source import DEFAULT_REPO
     from bitnet_app.ui import model_choices
 
     assert model_choices.picker_label(DEFAULT_REPO) == "bitnet-b1.58-2B-4T · 1.2 GB"
     assert all(len(model_choices.picker_label(r)) <= 33 for r in model_choices.choices())  # none cut off
-    assert model_choices.picker_label(DEFAULT_REPO, DEFAULT_REPO).startswith("Demo model")
+    assert model_choices.picker_label(DEFAULT_REPO, not_downloaded=True) == "bitnet-b1.58-2B-4T · not downloaded"
+    assert model_choices.picker_label(model_choices.DEMO_LABEL) == "Demo model · bundled"  # its one name
+    assert model_choices.picker_label(model_choices.DEMO_LABEL, not_downloaded=True) == "Demo model · bundled"
 
 
 def test_dot_venv_is_ignored():

@@ -77,7 +77,7 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
     for i, m in enumerate(msgs):
         with st.chat_message(m["role"]):
             if m["role"] == "user":
-                st.markdown(reply.markdown_text(m["content"]))
+                st.markdown(reply.plain_markdown(m["content"]))  # as typed: *stars* stay stars
                 continue
             reply.draw_stored(m)
             if m.get("steps"):
@@ -131,11 +131,9 @@ def _generate(loaded) -> None:
                     pacer.wait()
             finally:
                 events.close()
-            if timing.too_short(msg["stats"]):
-                view.note("timing it again off screen…")
+            if timing.too_short(msg["stats"]):  # the view says so (ReplyView.apply)
                 job = timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))
-                runs = timing.time_again({"reply": job}, timing.runs_for(msg["stats"]["total_s"]))
-                msg["timing"] = timing.spread([s["tok_s"] for s in runs["reply"]])
+                msg["timing"] = timing.fastest(timing.time_again({"reply": job})["reply"])
         except ContextOverflow as exc:
             msg["error"] = (f"This message is too long for the model ({exc.prompt_tokens} tokens, the context "
                             f"holds {exc.context}). Shorten it, lower “max new tokens”, or clear the chat.")

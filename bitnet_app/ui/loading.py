@@ -2,7 +2,7 @@
 
 The work is bitnet_app.source.prepare, run as a background job; this module only draws its progress.
 A second start finds the converted engine file and goes straight to chat without touching the network.
-Failures raise LoadFailure(kind, message), which first_run.py turns into a page that says what to do.
+Failures raise LoadFailure(kind, message), which load_failures.py turns into a page that says what to do.
 """
 import threading
 import time
@@ -12,7 +12,7 @@ import streamlit as st
 from .. import source as model_source
 from ..units import format_bytes
 from . import jobs
-from .model_choices import Source, demo_available, demo_source
+from .model_choices import DEMO_LABEL, Source, demo_available, demo_source
 
 POLL_S = 0.25
 
@@ -145,7 +145,7 @@ def _wait(job: jobs.Job, draw) -> object:
 
 
 # The API's advice for an unreachable Hub names the command line's way out; the page has buttons for it.
-PAGE_OFFLINE_HINT = ("Choose \"Demo model (bundled, offline)\" in the model picker, point it at a checkpoint "
+PAGE_OFFLINE_HINT = (f"Choose \"{DEMO_LABEL}\" in the model picker, point it at a checkpoint "
                      "folder on this computer, or connect to the internet and retry.")
 
 

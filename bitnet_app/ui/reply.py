@@ -8,15 +8,17 @@ Events come in beats (beats()): one token in autoregressive mode, one step and t
 diffusion. Slow motion paces beats (Pacer: a rate in beats per second), and Compare advances each side by one beat
 in turn, so both sides move in step.
 """
+import re
 import time
 import uuid
 
 import streamlit as st
 
 from ..decode.events import Done, Step, Token
-from . import block_picture, stats
+from . import block_picture, stats, timing
 
 CURSOR = " ▌"
+TIMING_NOTE = "timing it again off screen…"
 REDRAW_S = 1 / 30     # without Slow motion the text and the block picture are redrawn at most this often: a small
                       # model makes thousands of events per second, more than the browser can paint
 
@@ -134,7 +136,10 @@ class ReplyView:
             if self.picture is not None:  # the live block gives way to the whole reply, tinted by step
                 self.picture.empty()
                 draw_finished_picture(m, self.finished)
-            self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
+            if timing.too_short(m["stats"]):  # timed again next: its speed appears once, when final
+                self.note(TIMING_NOTE)
+            else:
+                self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
 
     def draw(self) -> None:
         """Redraw the text and the picture as they stand (in Slow motion always, else when due)."""
@@ -146,8 +151,8 @@ class ReplyView:
             self._draw_frame()
 
     def note(self, text: str) -> None:
-        """A line under the finished reply's figures (e.g. that it is being timed again)."""
-        self.footer.markdown(stats.html_row(self.msg, note=text), unsafe_allow_html=True)
+        """A line under the finished reply's figures, without its speed: that it is being timed again."""
+        self.footer.markdown(stats.html_row(self.msg, note=text, speed=False), unsafe_allow_html=True)
 
     def stopped(self, work: Work) -> None:
         """After a Stop (no Done came): the figures of what was written, from the decoder's time so far. Plain
@@ -199,6 +204,15 @@ def markdown_text(text: str) -> str:
     for i in range(0, len(parts), 2):  # the even parts lie outside the fences
         parts[i] = parts[i].replace("\n", "  \n")
     return "```".join(parts)
+
+
+MARKDOWN_SIGNS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=])")
+
+
+def plain_markdown(text: str) -> str:
+    """Text a person typed, as Markdown that shows it as typed: every sign Markdown (or Streamlit's own additions:
+    $math$, :emoji: and :color[...]) would read is escaped, and its line breaks are kept."""
+    return markdown_text(MARKDOWN_SIGNS.sub(r"\\\1", text))  # no ``` is left to fence
 
 
 def draw_stored(msg: dict) -> None:
