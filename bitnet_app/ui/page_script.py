@@ -45,13 +45,21 @@ def inject() -> None:
 
 OPEN_PICKER = """<span class="page-script"></span><script>
 (() => {  // %(nonce)s: a new element each time, so the script runs each time it is asked for
+  // Opened once the page's run is over: the end of a run gives the focus back to the chat box, which would close it.
   let tries = 0;
   const open = () => {
     const box = document.querySelector('[data-testid="stSidebar"] [data-testid="stSelectbox"] input');
-    if (box && !box.disabled) { box.focus(); box.click(); }
-    else if (++tries < 20) setTimeout(open, 100);
+    const running = document.querySelector('[data-testid="stStatusWidget"]');
+    if (box && !box.disabled && !running) {  // a react-aria combo box: it opens on the keyboard's arrow down
+      box.scrollIntoView({block: 'nearest'});  // first: a scroll while it is open would close it
+      setTimeout(() => {
+        box.focus({preventScroll: true});
+        box.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowDown', code: 'ArrowDown', keyCode: 40,
+                                                        bubbles: true}));
+      }, 300);
+    } else if (++tries < 100) setTimeout(open, 100);
   };
-  setTimeout(open, 200);
+  setTimeout(open, 100);
 })();
 </script>"""
 
