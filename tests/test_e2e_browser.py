@@ -520,6 +520,7 @@ def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
         assert f"Running **{repo}**" in sidebar_text(page) or f"Running {repo}" in sidebar_text(page)
         page.get_by_text("What each model needs here").click()
         expect(page.get_by_text("tiiuae/Falcon3-7B-Instruct-1.58bit")).to_be_visible(timeout=10_000)
+        expect(page.get_by_text("when this list was opened", exact=False)).to_be_visible()  # measured again
         set_number(page, "Max new tokens", 16)
         set_number(page, "Seed", 5)
         send(page, "Hello! How are you today?")

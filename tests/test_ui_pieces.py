@@ -259,6 +259,27 @@ def test_the_memory_footnote_only_comes_with_a_warned_row():
     assert "GB memory ⚠" in tight and "⚠: more than the 1.0 GB of memory free now" in tight
 
 
+def test_the_read_roof_is_measured_again_when_the_table_opens_and_says_when():
+    """The roof the table's speeds stand on: measured once for the page, then again each time the table is opened
+    (sidebar._measure_again, the expander's on_change), and the table says when."""
+    import time
+
+    import streamlit as st
+
+    from bitnet_app.ui import sidebar
+
+    first = sidebar.read_roof(1)
+    assert sidebar.read_roof(1) == first  # the page's other lines reuse it
+    time.sleep(1.1)
+    st.session_state[sidebar.NEEDS_KEY] = True  # opened
+    st.session_state["threads"] = 1
+    sidebar._measure_again()
+    again = sidebar.read_roof(1)
+    assert again[1] != first[1] and again[0] is not None and again[0] > 0
+    table = sidebar.catalog_table(again[0], free=10**15, measured_at=again[1])
+    assert f"measured at {again[1]}, when this list was opened" in table
+
+
 def test_a_path_that_does_not_exist_is_not_called_a_checkpoint_folder(tmp_path):
     from bitnet_app.ui import model_choices
 

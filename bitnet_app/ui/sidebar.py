@@ -4,6 +4,7 @@ Every control is drawn disabled while a reply streams: changing a widget would r
 the reply off.
 """
 import os
+import time
 
 import streamlit as st
 
@@ -17,22 +18,36 @@ def _clear_chat() -> None:
     st.session_state.messages = []
 
 
-@st.cache_resource(show_spinner=False)
-def read_roof(threads: int) -> float | None:
-    """The read roof of this machine (catalog.read_roof_gb_s), measured once per process; None if it cannot be."""
-    try:
-        return catalog.read_roof_gb_s(threads)
-    except (MemoryError, ValueError, ImportError):
-        return None
+_ROOF: dict = {}  # threads -> (GB/s or None, "HH:MM:SS" when measured): this process's last measurement
+NEEDS_KEY = "needs_open"  # the "What each model needs here" expander's open state (its widget key)
+
+
+def read_roof(threads: int, *, again: bool = False) -> tuple[float | None, str]:
+    """The read roof of this machine (catalog.read_roof_gb_s) and the time it was measured: the last measurement of
+    this process, or a new one (the first time, or again: when the table opens, since a figure taken while the
+    machine was busy understates it). None when it cannot be measured."""
+    if again or threads not in _ROOF:
+        try:
+            gb_s = catalog.read_roof_gb_s(threads)
+        except (MemoryError, ValueError, ImportError):
+            gb_s = None
+        _ROOF[threads] = (gb_s, time.strftime("%H:%M:%S"))
+    return _ROOF[threads]
+
+
+def _measure_again() -> None:
+    if st.session_state.get(NEEDS_KEY):  # opened (not closed)
+        read_roof(_threads(), again=True)
 
 
 def _threads() -> int:
     return int(st.session_state.get("threads") or 0) or (os.cpu_count() or 1)
 
 
-def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
+def catalog_table(roof_gb_s: float | None, free: int | None = None, measured_at: str = "") -> str:
     """Markdown: every model the picker knows by name, with what it needs on this computer (one line each: the
-    sidebar is too narrow for a table); free: the memory free now (catalog.available_ram() when not given)."""
+    sidebar is too narrow for a table); free: the memory free now (catalog.available_ram() when not given);
+    measured_at: when the read roof was measured ("HH:MM:SS")."""
     free = catalog.available_ram() if free is None else free
     rows, warned = [], False
     for e in catalog.ENTRIES.values():
@@ -43,8 +58,10 @@ def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
         speed = f" · ≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else ""
         base = " (base model)" if not e.chat else ""
         rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
+    when = f"measured at {measured_at}, when this list was opened" if measured_at else "measured now"
     note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
-            f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 70-80% of it." if roof_gb_s else
+            f"{roof_gb_s:.0f} GB/s ({when}; a busy computer reads slower); the engine reaches about 70-80% of it."
+            if roof_gb_s else
             "The read roof could not be measured, so no speeds are shown.")
     warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if warned else ""  # only with a ⚠ row
     return "\n".join(rows) + "\n\n" + note + warn
@@ -90,11 +107,12 @@ def model_picker(busy: bool):
                           "per head and position (half the bytes: faster deep into a long conversation, logits "
                           "within ~1% of fp16's). Changing it reloads the model.")
         source = model_choices.resolve(label, custom)
-        roof = read_roof(_threads())
-        if source is not None:
-            about.caption(model_choices.describe(source, roof))  # until a model runs (describe_running)
-        with st.expander("What each model needs here", icon=":material/speed:"):
-            st.markdown(catalog_table(roof))
+        if source is not None:  # until a model runs (describe_running)
+            about.caption(model_choices.describe(source, read_roof(_threads())[0]))
+        with st.expander("What each model needs here", icon=":material/speed:", key=NEEDS_KEY,
+                         on_change=_measure_again):
+            roof, measured_at = read_roof(_threads())
+            st.markdown(catalog_table(roof, measured_at=measured_at))
         return source, about, stand_in
 
 
@@ -102,7 +120,7 @@ def describe_running(about, running, wanted, model) -> None:
     """Under the picker: the model that is actually running (`running`, a Source), and when the demo model
     stands in for the chosen one, which (`wanted`, a Source, else None)."""
     params = _count(int(model.info()["parameters"]))
-    lines = [f"Running **{running.label}** · {params} parameters", model_choices.describe(running, read_roof(_threads()))]
+    lines = [f"Running **{running.label}** · {params} parameters", model_choices.describe(running, read_roof(_threads())[0])]
     if wanted is not None:
         lines.insert(0, f"{wanted.label} is not downloaded: the {model_choices.DEMO_LABEL} runs instead.")
     about.caption("  \n".join(lines))
