@@ -24,6 +24,28 @@ def test_block_picture_frames_track_given_filled_and_new_slots():
     assert other_block["given"] == [] and other_block["block"] == 2
 
 
+def test_a_later_blocks_first_slot_is_the_models_token_and_special_tokens_are_hidden():
+    """The reply starts at position 34 (prompt_end): the prompt's tail is given; the first slot of the next block
+    holds a token the model wrote (settled by the step before), so it is drawn as written, not as the prompt's; a
+    special token (its text "") shows its place without its marker."""
+    text = {**TEXT, 5: ""}  # 5: a special token, as ReplyView's decode(skip_special_tokens=True) gives it
+    first = block_picture.frame_from_step(Step(32, (1, 2, MASK, MASK), (2,), MASK), text.get, None, 34)
+    assert first["given"] == [0, 1]
+    later = block_picture.frame_from_step(Step(36, (4, MASK, 5, MASK), (2,), MASK), text.get, first, 34)
+    assert later["given"] == [] and later["block"] == 2
+    html = block_picture.render(later)
+    assert 'class="slot fill">!<' in html and 'class="slot new"></span>' in html and 'given">!' not in html
+    assert "&lt;|" not in html
+
+
+def test_the_words_under_a_picture_fit_the_attention_pattern():
+    causal = block_picture.what_diffusion_does(32, "causal")
+    block = block_picture.what_diffusion_does(32, "block")
+    assert "only the text before it" in causal and "whole block" not in causal
+    assert "whole block" in block
+    assert "forward" not in block_picture.steps_and_forwards({"tokens": 82, "steps": 82, "forwards": 90})
+
+
 def test_stat_chips_show_the_figures_of_each_mode():
     ar = {"mode": "ar", "stats": {"tokens": 12, "tok_s": 40.0, "ttft_s": 0.05, "forwards": 12,
                                   "tokens_per_forward": 1.0}, "stop_reason": "stop"}
@@ -202,7 +224,7 @@ def test_without_slow_motion_the_live_picture_shows_the_first_step_then_one_at_m
     clock = [100.0]
     monkeypatch.setattr(reply.time, "perf_counter", lambda: clock[0])
     msg = reply.new_message("diffusion")
-    view = reply.ReplyView(msg, SimpleNamespace(decode=lambda ids: TEXT[ids[0]]), prompt_tokens=32)
+    view = reply.ReplyView(msg, SimpleNamespace(decode=lambda ids, skip_special_tokens=False: TEXT[ids[0]]), prompt_tokens=32)
     picture, finished = placeholders[0], placeholders[2]
     block = [MASK] * 4
     for slot, wait in enumerate((0.0, reply.REDRAW_S / 2, reply.REDRAW_S, 0.0)):  # step 2 and 4 come too soon
@@ -236,7 +258,8 @@ def test_the_finished_picture_tints_each_token_by_its_step_and_says_what_it_show
     page = block_picture.render_settled(by_step, {"tokens": 4, "steps": 2, "forwards": 4}, 32)
     assert page.count('class="tok"') == 4 and 'title="step 2"' in page and "↵" in page
     assert "Block diffusion writes 32 tokens at a time" in page  # one sentence for people who are not engineers
-    assert "4 tokens took 2 steps" in page and "4 in all, the 2 steps plus 2" in page  # steps vs forwards, once
+    assert "4 tokens took 2 steps" in page and "ran 4 times in all: once per step, and 2 more" in page
+    assert "Each colour is one step" not in page and "point at a token to see its step" in page  # true for 82 steps
 
 
 def test_the_picture_never_shows_ids_past_the_replys_end():

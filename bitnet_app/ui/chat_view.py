@@ -105,7 +105,7 @@ def _generate(loaded) -> None:
     convo = _conversation(model)
     params = state.decode_params(model, seeded=True)  # seeded: a re-timed run writes the same reply
     pacer = reply.Pacer(state.slow_motion_rate())
-    msg, view, work = reply.new_message(params.mode), None, reply.Work()
+    msg, view, work = reply.new_message(params.mode, params.attention), None, reply.Work()
     with st.chat_message("assistant"):
         if not loaded.lock.acquire(blocking=False):
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")

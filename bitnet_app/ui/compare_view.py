@@ -132,6 +132,7 @@ def _run(loaded, second, prompt: str) -> None:
     works = {mode: reply.Work() for mode in MODES}
     engines = {"ar": loaded, "diffusion": second}
     params = {mode: state.decode_params(engines[mode].model, mode, seeded=True) for mode in MODES}
+    result["diffusion"]["attention"] = params["diffusion"].attention
     pacer = reply.Pacer(state.slow_motion_rate())
     if not loaded.lock.acquire(blocking=False):
         st.warning("The model is busy with a reply in another tab. Try again when it is done.")
@@ -189,8 +190,9 @@ def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
     model = loaded.model
     st.markdown("#### Compare: autoregressive vs block diffusion")
     block = int(ss.get("block_size") or model.diffusion_defaults["block_size"])
+    attention = ss.get("attention") or model.diffusion_defaults["attention"]
     st.caption("One prompt, both decoders, one step of each in turn on the same CPU, so the speed figures are fair "
-               f"(Slow motion moves both sides in step). {block_picture.what_diffusion_does(block)} The sidebar "
+               f"(Slow motion moves both sides in step). {block_picture.what_diffusion_does(block, attention)} The sidebar "
                "settings apply to both; temperature 0 makes the texts most comparable.")
     if not model.trained_for_diffusion:
         st.info("This checkpoint was not trained for block diffusion, so diffusion mode falls back to filling "

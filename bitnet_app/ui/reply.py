@@ -23,8 +23,10 @@ REDRAW_S = 1 / 30     # without Slow motion the text and the block picture are r
                       # model makes thousands of events per second, more than the browser can paint
 
 
-def new_message(mode: str) -> dict:
-    return {"id": uuid.uuid4().hex[:12], "role": "assistant", "content": "", "mode": mode, "stats": None,
+def new_message(mode: str, attention: str | None = None) -> dict:
+    """A stored assistant message; attention: the attention pattern block diffusion ran with (its picture's words)."""
+    return {"id": uuid.uuid4().hex[:12], "role": "assistant", "content": "", "mode": mode, "attention": attention,
+            "stats": None,
             "stop_reason": None, "stopped": False, "trimmed": 0, "steps": [], "by_step": [], "tokens_seen": 0,
             "done": False}
 
@@ -110,7 +112,7 @@ class ReplyView:
 
     def _token_text(self, tid: int) -> str:
         if tid not in self._texts:
-            self._texts[tid] = self.model.decode([tid])
+            self._texts[tid] = self.model.decode([tid], skip_special_tokens=True)  # a special token: ""
         return self._texts[tid]
 
     def apply(self, ev) -> None:
@@ -124,7 +126,7 @@ class ReplyView:
         elif isinstance(ev, Step):
             self.steps_seen += 1
             m.setdefault("block_size", len(ev.block))
-            frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame)
+            frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame, self.prompt_tokens)
             self._last_frame = frame
             if len(m["steps"]) < block_picture.MAX_FRAMES:
                 m["steps"].append(frame)
@@ -231,5 +233,6 @@ def draw_stored(msg: dict) -> None:
 def draw_finished_picture(msg: dict, where) -> None:
     """The reply tinted by step (block diffusion), into `where` (a placeholder, or st)."""
     if msg.get("by_step") and msg.get("stats"):
-        where.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0)),
+        where.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0),
+                                                    msg.get("attention") or "causal"),
                        unsafe_allow_html=True)
