@@ -596,7 +596,10 @@ def test_the_demo_model_suggests_its_skill_prompts(env, demo_with_prompts, tmp_p
     offered = [at.button(key=f"example_{i}") for i in range(4)]
     wanted = [SKILLS[0], SKILLS[2], SKILLS[4], OPEN[0]]  # three skills spread over the list, then free text
     assert [b.label for b in offered] == [suggestions.button_label(p) for p in wanted]
-    assert "Block diffusion" in _captions(at)  # says what the skill prompts show
+    assert "Block diffusion" in _captions(at) and "Decoding" in _captions(at)  # names the sidebar's switch
+    at.button(key="example_mode").click().run()  # ... or switches it from here
+    assert at.sidebar.radio(key="mode").value == "diffusion" and not [b for b in at.button if b.key == "example_mode"]
+    at.sidebar.radio(key="mode").set_value("ar").run()
     at.sidebar.number_input(key="max_new_tokens").set_value(8).run()
     at.button(key="example_1").click().run()
     assert not at.exception, at.exception

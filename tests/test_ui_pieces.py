@@ -102,6 +102,11 @@ def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
     assert suggestions.for_folder(str(model)) == [("Count from 3 to 7.", "skill"), ("ROMEO.", "open")]  # it wins
     assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
     assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
+    scene = "Continue this scene:\nBRUTUS.\nLucius!--My gown.--Farewell now, good Messala:--\nGood night, Titinius"
+    assert suggestions.button_label(scene) == "Continue this scene: / BRUTUS. (+2 lines)"  # whole lines, never cut
+    many = {"skills": [{"prompt": f"Count from 1 to {n}."} for n in range(5, 12)], "open": ["A.", "B."]}
+    (tmp_path / "assets" / "demo-suggestions.json").write_text(json.dumps(many))
+    assert len(suggestions.for_folder(str(model))) == 9  # every checked suggestion is offered
 
 
 def test_chat_text_keeps_its_line_breaks_outside_code():
