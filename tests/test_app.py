@@ -235,6 +235,32 @@ def test_long_history_is_trimmed_with_a_notice(env):
     assert any("oldest messages were left out" in i.value for i in at.info)
 
 
+def test_a_chat_of_short_replies_keeps_its_history(env, checkpoints):
+    """Max new tokens at half the context, replies of 10 tokens: the history is not trimmed for room no reply uses
+    (a times-table chat with the demo model got the trimmed notice on every reply from its third)."""
+    import bitnet_app
+    from bitnet_app.ui import chat_view
+    line = "one two three four five"
+    history = [m for _ in range(4) for m in ({"role": "user", "content": line},
+                                             {"role": "assistant", "content": line, "mode": "ar",
+                                              "stats": {"tokens": 10}})]
+    model = bitnet_app.load_model(checkpoints["dlm"], threads=1)
+    try:
+        prompt = len(model.chat_ids([{"role": "system", "content": "x"}] + history + [{"role": "user", "content": "Hi"}]))
+        context = model.context_length
+    finally:
+        model.close()
+    assert prompt + 128 > context > prompt + chat_view.MIN_ROOM + 16  # trimmed if 128 were kept free; fits with 32
+    assert chat_view.reply_room(128, history) == chat_view.MIN_ROOM and chat_view.reply_room(128, []) == 128
+    at = _app()
+    at.session_state["messages"] = list(history)
+    at.sidebar.number_input(key="max_new_tokens").set_value(128).run()
+    msg = _chat(at, "Hi")
+    assert msg["trimmed"] == 0 and not any("oldest messages were left out" in i.value for i in at.info)
+    assert chat_view.reply_room(128, [{"role": "assistant", "stats": {"tokens": 109}}]) == 128  # capped
+    assert chat_view.reply_room(256, [{"role": "assistant", "stats": {"tokens": 109}}]) == 163
+
+
 def test_a_message_longer_than_the_context_is_explained(env):
     at = _app()
     at.sidebar.number_input(key="max_new_tokens").set_value(8).run()

@@ -88,6 +88,19 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
                                key="regenerate", help="Drop this reply and write a new one for the same question.")
 
 
+def reply_room(max_new_tokens: int, messages: list[dict]) -> int:
+    """The room the history leaves for the next reply: max new tokens, or, once the chat has replies, half as much
+    again as the longest one so far (at least MIN_ROOM), whichever is less. Keeping max new tokens free (half the
+    demo model's context) would drop the oldest turns of a chat of 110-token times tables from its third reply on,
+    for room no reply uses; a reply that does outgrow it stops at the context's end and says so."""
+    longest = max((int((m.get("stats") or {}).get("tokens", 0)) for m in messages if m["role"] == "assistant"),
+                  default=0)
+    return max_new_tokens if not longest else min(max_new_tokens, max(MIN_ROOM, longest * 3 // 2))
+
+
+MIN_ROOM = 32
+
+
 def _conversation(model) -> list[dict]:
     system_prompt = state.system_prompt(model)
     convo = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -112,7 +125,7 @@ def _generate(loaded) -> None:
             state.finish(record)
             return
         try:
-            kept, dropped = model.trim_history(convo, params.max_new_tokens)
+            kept, dropped = model.trim_history(convo, reply_room(params.max_new_tokens, messages))
             if dropped:
                 msg["trimmed"] = dropped
                 msg["trim_notice"] = (f"The conversation is longer than the model's context ({model.context_length} "
