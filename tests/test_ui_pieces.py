@@ -335,3 +335,16 @@ def test_dot_venv_is_ignored():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, ".gitignore"), encoding="utf-8") as f:
         assert {".venv", ".venv/", "/.venv", "/.venv/"} & {line.strip() for line in f}
+
+
+def test_what_a_person_typed_shows_as_typed_in_the_chat_and_the_export():
+    from bitnet_app.ui import reply
+
+    typed = "*stars* and _under_ $5 :smile: 1. not a list\n# not a heading"
+    shown = reply.plain_markdown(typed)
+    assert "\\*stars\\*" in shown and "\\_under\\_" in shown and "\\$5" in shown and "\\:smile\\:" in shown
+    assert "1\\. not a list  \n\\# not a heading" in shown  # its line break kept, no list, no heading
+    msgs = [{"role": "user", "content": typed},
+            {"role": "assistant", "content": "**bold** from the model", "mode": "ar", "stats": None}]
+    md = export.to_markdown(msgs, system_prompt="", model="m")
+    assert "\\*stars\\*" in md and "**bold** from the model" in md  # the model's Markdown stays Markdown
