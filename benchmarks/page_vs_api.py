@@ -63,12 +63,27 @@ def _done(model, ids, params):
     return [ev for ev in model.generate(ids, params) if isinstance(ev, Done)][-1]
 
 
+def api_threads(args) -> int | None:
+    """The threads the page runs the demo model on: --threads, else the page's "auto" (ui/loading.auto_threads)."""
+    import bitnet_app
+    from bitnet_app.ui.loading import auto_threads
+
+    if args.threads:
+        return args.threads
+    probe = bitnet_app.load_model("demo", threads=1)
+    try:
+        return auto_threads(probe.info()["path"])
+    finally:
+        probe.close()
+
+
 def api_figures(args) -> dict:
     """{"speedups": [...], "ar_tok_s": [...]}: Compare's pairs (AR then diffusion, both cold) and the chat's AR."""
     import bitnet_app
 
-    ar_model = bitnet_app.load_model("demo", threads=args.threads)
-    diffusion_model = bitnet_app.load_model("demo", threads=args.threads)
+    threads = api_threads(args)
+    ar_model = bitnet_app.load_model("demo", threads=threads)
+    diffusion_model = bitnet_app.load_model("demo", threads=threads)
     try:
         ids = prompt_ids(ar_model, args.prompt)
         settings = api_settings(ar_model, args)
@@ -152,7 +167,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compares", type=int, default=4, help="Compare runs on the page")
     ap.add_argument("--chats", type=int, default=3, help="chat replies on the page (autoregressive)")
     ap.add_argument("--api-runs", type=int, default=9, help="runs of each API figure, before and after the page")
-    ap.add_argument("--threads", type=int, help="engine threads, page and API alike (default: every core)")
+    ap.add_argument("--threads", type=int, help="engine threads, page and API alike (default: the page's auto: one "
+                                                "for the demo model)")
     ap.add_argument("--sampled", action="store_true", help="the model's own sampling instead of greedy")
     ap.add_argument("--seed", type=int, default=1, help="the seed typed into the sidebar and given to the API")
     ap.add_argument("--json", help="also write the figures and verdicts to this file")

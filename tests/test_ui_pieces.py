@@ -348,3 +348,18 @@ def test_what_a_person_typed_shows_as_typed_in_the_chat_and_the_export():
             {"role": "assistant", "content": "**bold** from the model", "mode": "ar", "stats": None}]
     md = export.to_markdown(msgs, system_prompt="", model="m")
     assert "\\*stars\\*" in md and "**bold** from the model" in md  # the model's Markdown stays Markdown
+
+
+def test_auto_threads_is_one_for_a_small_model_unless_bitnet_threads_says(tmp_path, monkeypatch):
+    from bitnet_app.ui import loading
+
+    small = tmp_path / "small.bitnet"
+    small.write_bytes(b"\0" * 1024)
+    big = tmp_path / "big.bitnet"
+    with open(big, "wb") as f:
+        f.truncate(loading.SMALL_MODEL_BYTES)  # sparse: no disk used
+    monkeypatch.delenv("BITNET_THREADS", raising=False)
+    assert loading.auto_threads(str(small)) == 1 and loading.auto_threads(str(big)) is None
+    assert loading.auto_threads(str(tmp_path / "missing.bitnet")) is None
+    monkeypatch.setenv("BITNET_THREADS", "2")
+    assert loading.auto_threads(str(small)) is None  # the engine reads it: the user's number wins

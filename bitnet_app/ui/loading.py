@@ -4,6 +4,7 @@ The work is bitnet_app.source.prepare, run as a background job; this module only
 A second start finds the converted engine file and goes straight to chat without touching the network.
 Failures raise LoadFailure(kind, message), which load_failures.py turns into a page that says what to do.
 """
+import os
 import threading
 import time
 
@@ -36,9 +37,25 @@ def kv_setting() -> str:
     return st.session_state.get("kv_cache") or "f16"
 
 
+SMALL_MODEL_BYTES = 64 << 20  # an engine file this small (the demo model's is a few MB) runs on one thread in "auto"
+
+
+def auto_threads(path: str) -> int | None:
+    """The engine's threads when the sidebar says "auto": one for a small model, else None (every core, or
+    BITNET_THREADS when set). A step of a model this small lasts tens of microseconds, about what handing work to a
+    second thread costs, and a second thread that the OS deschedules stalls every step: on one thread its timings
+    are the steadiest, which the page's speed figures need."""
+    if os.environ.get("BITNET_THREADS", "").strip():
+        return None
+    try:
+        return 1 if os.path.getsize(path) < SMALL_MODEL_BYTES else None
+    except OSError:
+        return None
+
+
 def _open(path: str, threads: int, kv: str) -> Loaded:
     from ..model import Model
-    return Loaded(Model.open(path, threads=threads or None, kv=kv), path)
+    return Loaded(Model.open(path, threads=threads or auto_threads(path), kv=kv), path)
 
 
 def _release(loaded: Loaded) -> None:

@@ -99,8 +99,10 @@ def model_picker(busy: bool):
                                         "config.json, tokenizer.json and *.safetensors.")
         cores = max(1, os.cpu_count() or 1)
         st.selectbox("CPU threads", list(range(cores + 1)), key="threads", disabled=busy,
-                     format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
-                     help="Threads for the engine; auto uses every core. Changing it reloads the model.")
+                     format_func=lambda t: f"auto (all {cores} cores; 1 for a small model)" if t == 0 else str(t),
+                     help="Threads for the engine; auto uses every core, and one for a model of a few MB (the demo "
+                          "model), whose steps are too short to share: its speed figures hold better on one. "
+                          "Changing it reloads the model.")
         st.selectbox("KV cache", ["f16", "i8"], key="kv_cache", disabled=busy,
                      format_func=lambda kv: {"f16": "fp16", "i8": "int8 (half the memory)"}[kv],
                      help="How the engine keeps the conversation's keys and values: fp16, or int8 with a scale "
