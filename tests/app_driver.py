@@ -239,6 +239,23 @@ WATCH_PACE = """() => {
 }"""
 
 
+# Every speed figure the page shows from now on: window.speedsSeen = [each distinct "N tok/s" chip text or
+# "N.NN×" metric value, in the order they appeared] (a figure that is replaced shows up twice).
+WATCH_SPEEDS = """() => {
+  window.speedsSeen = [];
+  if (window.speedWatch) window.speedWatch.disconnect();
+  const seen = new Set();
+  const look = () => {
+    document.querySelectorAll('[data-testid="stElementContainer"]:not([data-stale="true"]) .chip, '
+                              + '[data-testid="stElementContainer"]:not([data-stale="true"]) [data-testid="stMetricValue"]')
+      .forEach(e => { const t = e.innerText.trim();
+                      if (/tok\/s$|×$/.test(t) && !seen.has(t)) { seen.add(t); window.speedsSeen.push(t); } });
+  };
+  window.speedWatch = new MutationObserver(look);
+  window.speedWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def compare(page, prompt: str, while_streaming=None) -> None:
     """Run Compare on `prompt` and wait for its result; while_streaming(): called once the run has started.
     Streamlit keeps the previous run's elements on the page, marked data-stale, until it redraws them, and the last

@@ -14,7 +14,12 @@
    no stale suggestion among the replies); Compare on a skill prompt (the same text on both sides, the sentence
    that says why diffusion won or lost); the Markdown export (line breaks kept).
 
-3. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
+3. test_every_select_box_value_and_an_offline_hub_repo: offline mode (HF_HUB_OFFLINE=1): the notice offers no retry;
+   every sidebar select box but the model's, in Block diffusion mode, through each value it offers, with no exception
+   on the page, then a reply; "Pick another model" opens the model list; a Hub repo id typed there ends in the same
+   notice with the server at rest (its CPU time over 3 s).
+
+4. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
    LlamaForCausalLM with BitNet quantization, packed BitLinear weights, untied head, silu, no sub-norms, llama3
    rope scaling; tests/family_checkpoints.py) served by the loopback Hub is downloaded, converted and chatted
    with; the picker's "What each model needs here" table lists the families.
@@ -464,7 +469,7 @@ def test_every_select_box_value_and_an_offline_hub_repo(browser, demo, tmp_path)
         expect(chat_box).to_be_visible(timeout=60_000)
         expect(page.get_by_text("start the app without it")).to_be_visible()
         assert page.get_by_role("button", name="Retry the download").count() == 0
-        _shot(page, "01-first-screen")
+        _shot(page, "15-first-screen")
 
         page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
         page.wait_for_timeout(800)
@@ -486,7 +491,7 @@ def test_every_select_box_value_and_an_offline_hub_repo(browser, demo, tmp_path)
         page.get_by_role("button", name="Pick another model").click()
         expect(page.get_by_role("option", name=model_choices.CUSTOM_LABEL)).to_be_visible(timeout=20_000)
         page.wait_for_timeout(300)
-        _save_shot(page.screenshot(), "15-picker")  # as it is: a scroll or a mouse move would close the list
+        _save_shot(page.screenshot(), "16-picker-open")  # as it is: a scroll or a mouse move would close the list
         page.get_by_role("option", name=model_choices.CUSTOM_LABEL).click()
         box = page.get_by_label("Hub repo id or folder", exact=True)
         box.fill("someone/some-bitnet-model")
