@@ -249,7 +249,7 @@ WATCH_SPEEDS = """() => {
     document.querySelectorAll('[data-testid="stElementContainer"]:not([data-stale="true"]) .chip, '
                               + '[data-testid="stElementContainer"]:not([data-stale="true"]) [data-testid="stMetricValue"]')
       .forEach(e => { const t = e.innerText.trim();
-                      if (/tok\/s$|×$/.test(t) && !seen.has(t)) { seen.add(t); window.speedsSeen.push(t); } });
+                      if (/tok\\/s$|×$/.test(t) && !seen.has(t)) { seen.add(t); window.speedsSeen.push(t); } });
   };
   window.speedWatch = new MutationObserver(look);
   window.speedWatch.observe(document.body, {subtree: true, childList: true, characterData: true});

@@ -260,7 +260,7 @@ def test_slow_motion_holds_its_rate():
 
 def test_the_finished_picture_tints_each_token_by_its_step_and_says_what_it_shows():
     by_step = [["8 x 1 = 8", 1], ["\n", 1], ["8 x 2", 2], [" = 16", 2], ["", 3]]
-    page = block_picture.render_settled(by_step, {"tokens": 4, "steps": 2, "forwards": 4}, 32)
+    page = block_picture.render_settled(by_step, {"tokens": 4, "steps": 2, "forwards": 4}, 32, "causal")
     assert page.count('class="tok"') == 4 and 'title="step 2"' in page and "↵" in page
     assert "Block diffusion writes 32 tokens at a time" in page  # one sentence for people who are not engineers
     assert "4 tokens took 2 steps" in page and "ran 4 times in all: once per step, and 2 more" in page

@@ -84,9 +84,9 @@ def _token_html(text: str) -> str:
     return html.escape(text).replace("\n", '<span class="nl">↵</span> ')
 
 
-def what_diffusion_does(block_size: int, attention: str = "causal") -> str:
+def what_diffusion_does(block_size: int, attention: str | None) -> str:
     """Block diffusion in one sentence for people who are not engineers, true to the model's attention pattern
-    (block: each place sees the whole block; causal: only the text before it)."""
+    (block: each place sees the whole block; causal, or not known: only the text before it)."""
     sees = ("each place seeing the whole block" if attention == "block"
             else "each place reading only the text before it")
     return (f"Block diffusion writes {block_size} tokens at a time: at each step the model guesses every open place "
@@ -114,7 +114,7 @@ def _step_name(step: int) -> str:
     return f"step {step}" if step > 0 else "predicted with the prompt, before the first step"
 
 
-def render_settled(by_step: list, stats: dict, block_size: int, attention: str = "causal") -> str:
+def render_settled(by_step: list, stats: dict, block_size: int, attention: str | None) -> str:
     """The finished reply, each token tinted by the step that settled it (its number shown on hover), with what it
     shows in words."""
     spans = "".join(f'<span class="tok" style="background:{_colour(int(s))}" title="{_step_name(int(s))}">'

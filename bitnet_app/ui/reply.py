@@ -234,5 +234,5 @@ def draw_finished_picture(msg: dict, where) -> None:
     """The reply tinted by step (block diffusion), into `where` (a placeholder, or st)."""
     if msg.get("by_step") and msg.get("stats"):
         where.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0),
-                                                    msg.get("attention") or "causal"),
+                                                    msg.get("attention")),
                        unsafe_allow_html=True)
