@@ -488,6 +488,7 @@ def test_every_select_box_value_and_an_offline_hub_repo(browser, demo, tmp_path)
         assert reply_tokens(page, 1) >= 1
         no_exception(page)
 
+        _prepare_shot(page)  # the sidebar at its top, for the picture of the open list
         page.get_by_role("button", name="Pick another model").click()
         expect(page.get_by_role("option", name=model_choices.CUSTOM_LABEL)).to_be_visible(timeout=20_000)
         page.wait_for_timeout(300)

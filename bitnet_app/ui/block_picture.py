@@ -98,8 +98,9 @@ def steps_and_forwards(stats: dict) -> str:
     """Steps, and the model's other runs, told apart once, in plain words."""
     steps, forwards, tokens = int(stats.get("steps", 0)), int(stats.get("forwards", 0)), int(stats.get("tokens", 0))
     per_step = f" ({tokens / steps:.1f} per step)" if steps else ""
-    line = (f"{tokens} tokens took {steps} steps{per_step}. Tokens written in the same step share a colour; the "
-            f"colours take turns, so point at a token to see its step.")
+    steps_word = "step" if steps == 1 else "steps"
+    line = (f"{tokens} tokens took {steps} {steps_word}{per_step}. Tokens written in the same step share a colour; "
+            f"the colours take turns, so point at a token to see its step.")
     if forwards > steps:
         line += (f" The model ran {forwards} times in all: once per step, and {forwards - steps} more to read the "
                  f"prompt and to store each finished block.")

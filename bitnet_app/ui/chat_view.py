@@ -144,7 +144,8 @@ def _generate(loaded) -> None:
                     pacer.wait()
             finally:
                 events.close()
-            if timing.too_short(msg["stats"]):  # the view says so (ReplyView.apply)
+            if timing.too_short(msg["stats"]):
+                view.note(reply.TIMING_NOTE)
                 job = timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))
                 msg["timing"] = timing.fastest(timing.time_again({"reply": job})["reply"])
         except ContextOverflow as exc:

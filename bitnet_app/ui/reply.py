@@ -19,6 +19,7 @@ from . import block_picture, stats, timing
 
 CURSOR = " ▌"
 TIMING_NOTE = "timing it again off screen…"
+WAIT_NOTE = "its speed: timed off screen when the run ends"  # a short reply's Done, before it is timed again
 REDRAW_S = 1 / 30     # without Slow motion the text and the block picture are redrawn at most this often: a small
                       # model makes thousands of events per second, more than the browser can paint
 
@@ -138,8 +139,8 @@ class ReplyView:
             if self.picture is not None:  # the live block gives way to the whole reply, tinted by step
                 self.picture.empty()
                 draw_finished_picture(m, self.finished)
-            if timing.too_short(m["stats"]):  # timed again next: its speed appears once, when final
-                self.note(TIMING_NOTE)
+            if timing.too_short(m["stats"]):  # timed again: its speed appears once, when final
+                self.note(WAIT_NOTE)
             else:
                 self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
 
