@@ -557,7 +557,7 @@ def _settings_shown(at) -> dict:
 
 def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints, tmp_path):
     """The detour that gave one-token replies: the demo model stands in for an unreachable Hub model; the user
-    sets Max new tokens and Temperature; "Pick another model" (nothing typed yet, so no settings are drawn),
+    sets Max new tokens and Temperature; "Pick another model", the custom entry (nothing typed yet, so no settings),
     back to the demo model; then a mistyped folder (an error page) and back again. The settings are the user's
     after each detour, and the reply is the same full-length reply as before."""
     env.delenv("BITNET_APP_MODEL")
@@ -574,7 +574,8 @@ def test_settings_survive_a_detour_and_the_next_reply_is_normal(env, checkpoints
     first = _chat(at, "Hello")
     assert first["stats"]["tokens"] > 8, first  # the test model writes on (it has no reason to stop)
 
-    at.button(key="fallback_other").click().run()  # the custom source, nothing typed: no model, no settings
+    at.button(key="fallback_other").click().run()  # opens the model list, where the user picks the custom entry:
+    at.sidebar.selectbox(key="model_choice").set_value(model_choices.CUSTOM_LABEL).run()  # nothing typed: no model
     assert not at.exception and not at.sidebar.slider
     at.sidebar.selectbox(key="model_choice").set_value(model_choices.DEMO_LABEL).run()
     _remount_as_a_browser_does(at)
