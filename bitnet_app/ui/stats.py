@@ -12,6 +12,10 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def rate(tok_s: float) -> str:
     """A speed as people read it: 40.0, 10,540."""
     return f"{tok_s:,.0f}" if tok_s >= 100 else f"{tok_s:.1f}"
@@ -37,10 +41,10 @@ def chips(msg: dict, speed: bool = True) -> list[tuple[str, str]]:
         if s.get("ttft_s") is not None:
             out.append(("", f"first token {_seconds(float(s['ttft_s']))}"))
         if msg.get("mode") == "diffusion" and s.get("steps"):
-            out.append(("", f"{int(s['steps'])} steps"))
+            out.append(("", _count(int(s["steps"]), "step")))
             out.append(("", f"{float(s.get('tokens_per_step', 0.0)):.2f} tokens/step"))
         if msg.get("mode") == "diffusion" and s.get("forwards"):
-            out.append(("", f"{int(s['forwards'])} forwards"))
+            out.append(("", _count(int(s["forwards"]), "forward")))
         if msg.get("mode") == "diffusion" and s.get("drafted"):  # slots filled above the threshold
             out.append(("", f"{100 * float(s.get('kept_share', 0.0)):.0f}% of {int(s['drafted'])} drafts kept"))
     if msg.get("stopped"):
