@@ -3,11 +3,12 @@ import os
 
 import streamlit as st
 
-from bitnet_app.ui import (chat_view, compare_view, first_run, loading, model_choices, page_script, sidebar, state,
-                           style, suggestions)
+from bitnet_app.ui import (chat_view, compare_view, load_failures, loading, model_choices, page_script, sidebar,
+                           state, style, suggestions)
 
 # The favicon is a file the app serves itself: a ":material/...:" or emoji icon is fetched from a CDN.
 ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "icon.png")
+FELL_BACK = "fell_back_for"  # session-state key: the source the last rerun for a fallback was made for
 SIDEBAR_PX = 360  # wide enough for the picker's names and sizes (a number: open on a desktop, at this width)
 st.set_page_config(page_title="BitNet chat", page_icon=ICON if os.path.isfile(ICON) else None, layout="wide",
                    initial_sidebar_state=SIDEBAR_PX)
@@ -23,11 +24,14 @@ if source is None:
 try:  # a Hub model that cannot be downloaded for want of a network opens the bundled demo model instead
     loaded, fell_back = loading.ensure_model_or_demo(source, int(st.session_state.threads))
 except loading.LoadFailure as failure:
-    first_run.show_failure(failure, source.label)
-if fell_back is not None and not picker_shows_demo:
-    st.rerun()  # found out just now: once more, so that the picker names the demo model that runs
+    load_failures.show_failure(failure, source.label)
+if fell_back is not None and not picker_shows_demo and st.session_state.get(FELL_BACK) != source.key:
+    st.session_state[FELL_BACK] = source.key  # once per source: a second rerun could only loop
+    st.rerun()  # found out just now: once more, so that the picker shows the choice as not downloaded
+if picker_shows_demo:
+    st.session_state.pop(FELL_BACK, None)
 if fell_back is not None:
-    first_run.show_fallback(fell_back, source.label, busy)
+    load_failures.show_fallback(fell_back, source.label, busy)
 running = model_choices.demo_source() if fell_back is not None else source  # the model that actually runs
 model_label = running.label
 

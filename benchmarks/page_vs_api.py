@@ -19,7 +19,8 @@ call repeated on one model after a first one (the cache then holds the prompt, a
 Bars, each printed with PASS or FAIL (exit status 1 when one fails):
   - the page's Compare speed-ups lie within 1.3x of each other (highest / lowest);
   - their median lies within 25% of the API's speed-up;
-  - the chat's AR tok/s (median of the replies) is at least 60% of the API's.
+  - the chat's AR tok/s (median of the replies) is at least 60% of the API's;
+  - each figure appears once: no tok/s or speed-up the page shows is replaced by another for the same reply.
 Printed beside them, without a verdict: the issue's aim for a reply's tok/s, within 15% of the API's.
 """
 import argparse
@@ -63,12 +64,27 @@ def _done(model, ids, params):
     return [ev for ev in model.generate(ids, params) if isinstance(ev, Done)][-1]
 
 
+def api_threads(args) -> int | None:
+    """The threads the page runs the demo model on: --threads, else the page's "auto" (ui/loading.auto_threads)."""
+    import bitnet_app
+    from bitnet_app.ui.loading import auto_threads
+
+    if args.threads:
+        return args.threads
+    probe = bitnet_app.load_model("demo", threads=1)
+    try:
+        return auto_threads(probe.info()["path"])
+    finally:
+        probe.close()
+
+
 def api_figures(args) -> dict:
     """{"speedups": [...], "ar_tok_s": [...]}: Compare's pairs (AR then diffusion, both cold) and the chat's AR."""
     import bitnet_app
 
-    ar_model = bitnet_app.load_model("demo", threads=args.threads)
-    diffusion_model = bitnet_app.load_model("demo", threads=args.threads)
+    threads = api_threads(args)
+    ar_model = bitnet_app.load_model("demo", threads=threads)
+    diffusion_model = bitnet_app.load_model("demo", threads=threads)
     try:
         ids = prompt_ids(ar_model, args.prompt)
         settings = api_settings(ar_model, args)
@@ -96,14 +112,14 @@ def page_figures(args) -> dict:
     """{"speedups": [...], "ar_tok_s": [...]}: what the page shows, driven as a user would."""
     from playwright.sync_api import sync_playwright
 
-    from tests.app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, clear_chat, compare, messages, reply_tokens, send,
-                                  set_number, slider_to_min, streamlit)
+    from tests.app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, WATCH_SPEEDS, clear_chat, compare, messages,
+                                  reply_tokens, send, set_number, slider_to_min, streamlit)
 
     env = dict(os.environ, BITNET_APP_MODEL="demo", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     if args.threads:
         env["BITNET_THREADS"] = str(args.threads)
     log = os.path.join(tempfile.gettempdir(), "page_vs_api-streamlit.log")
-    out = {"speedups": [], "ar_tok_s": []}
+    out = {"speedups": [], "ar_tok_s": [], "figures_replaced": []}
     with streamlit(env, log) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -114,18 +130,26 @@ def page_figures(args) -> dict:
             slider_to_min(page, "Temperature")
         page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
         for _ in range(args.compares):
-            compare(page, args.prompt)
+            compare(page, args.prompt, lambda: page.evaluate(WATCH_SPEEDS))
             shown = page.locator(f'{FRESH} [data-testid="stMetric"]').filter(has_text="Diffusion speed vs AR") \
                 .locator('[data-testid="stMetricValue"]').inner_text()
             out["speedups"].append(_number(shown))
+            seen = page.evaluate("() => window.speedsSeen")  # this run's: its two tok/s and the speed-up, once each
+            if len(seen) > 3:
+                out["figures_replaced"].append(seen)
         page.locator('[data-testid="stButtonGroup"] button', has_text="Chat").click()
         page.get_by_text("What would you like to ask?").wait_for(timeout=60_000)  # the empty chat, drawn
         for _ in range(args.chats):
             clear_chat(page)
+            page.evaluate(WATCH_SPEEDS)
             send(page, args.prompt)
             reply_tokens(page, 1)
+            page.locator(f"{FRESH} .stat-row").filter(has_text="tok/s").first.wait_for(timeout=60_000)  # final
             row = messages(page).nth(1).locator(".stat-row").first.inner_text()
             out["ar_tok_s"].append(_number(re.search(r"[\d,.]+ tok/s", row).group(0)))
+            seen = page.evaluate("() => window.speedsSeen")
+            if len(seen) > 1:
+                out["figures_replaced"].append(seen)
         browser.close()
     return out
 
@@ -143,6 +167,8 @@ def verdict(page: dict, api: dict) -> list[dict]:
          "passed": off <= BARS["compare_vs_api"]},
         {"bar": "chat AR tok/s at least 60% of the API's (page / API)", "value": chat,
          "passed": chat >= BARS["chat_vs_api"]},
+        {"bar": "each figure appears once (runs where one was replaced)", "value": len(page["figures_replaced"]),
+         "passed": not page["figures_replaced"]},
     ]
 
 
@@ -152,7 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compares", type=int, default=4, help="Compare runs on the page")
     ap.add_argument("--chats", type=int, default=3, help="chat replies on the page (autoregressive)")
     ap.add_argument("--api-runs", type=int, default=9, help="runs of each API figure, before and after the page")
-    ap.add_argument("--threads", type=int, help="engine threads, page and API alike (default: every core)")
+    ap.add_argument("--threads", type=int, help="engine threads, page and API alike (default: the page's auto: one "
+                                                "for the demo model)")
     ap.add_argument("--sampled", action="store_true", help="the model's own sampling instead of greedy")
     ap.add_argument("--seed", type=int, default=1, help="the seed typed into the sidebar and given to the API")
     ap.add_argument("--json", help="also write the figures and verdicts to this file")

@@ -113,6 +113,10 @@ def cmd_generate(args) -> int:
         raise ValueError("--prompt is empty: give the text to answer (or, with --raw, to continue)")
     params = _decode_params(args)  # checked before any model work
     model = Model.open(_model_file(args.model), lm_head=args.lm_head, threads=args.threads, kv=args.kv)
+    try:
+        params = model.decode_params(params)  # the checkpoint's values filled in: checked again, beside them
+    except ValueError as exc:
+        raise ValueError(in_flag_words(str(exc))) from None
     if args.raw:
         ids = model.encode(args.prompt)
     else:
@@ -137,6 +141,9 @@ def cmd_bench(args) -> int:
     from .bench import format_report, run_bench, synthetic_file
 
     say = lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    if not args.synthetic and (args.keep or args.packing):  # they shape the synthetic file: without one, a mistake
+        raise ValueError(f"{'--keep' if args.keep else '--packing'} goes with --synthetic (it shapes the generated "
+                         "model file); --model runs the file as it is")
     if args.synthetic:
         say(f"preparing the synthetic {args.synthetic} model ("
             + ("kept in the cache for the next run)" if args.keep else "deleted at the end; --keep keeps it)"))
@@ -157,6 +164,26 @@ MODEL_HELP = ("engine file, checkpoint folder, Hub repo id, or 'demo' (the bundl
 LM_HEAD_HELP = ("the output layer: int8 (default, fast) or exact (bf16 weights and an fp32 KV cache: the reference, "
                 "slower)")
 THREADS_HELP = "CPU threads for the engine (default: every core, or BITNET_THREADS)"
+
+
+def _at_least_one(high: int | None = None, advice: str = ""):
+    """An argparse type: a whole number from 1 (to `high`), refused before any work starts (argparse names the
+    flag)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 1 or (high is not None and value > high):
+            span = f"1 to {high}" if high is not None else "1 or more"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: use {span}{advice}")
+        return value
+    return parse
+
+
+def _threads_flag():
+    from .engine.runtime import MAX_THREADS
+    return _at_least_one(MAX_THREADS, " (the number of CPU cores is a good choice)")
 
 
 def _number(text: str):
@@ -214,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lm-head", choices=("int8", "exact"), default="int8", help=LM_HEAD_HELP)
     g.add_argument("--kv", choices=KV_CHOICES, help="KV cache: f16 (default with the int8 head), f32, or i8 "
                                                      "(int8, a scale per head and position: half fp16's bytes)")
-    g.add_argument("--threads", type=int, help=THREADS_HELP)
+    g.add_argument("--threads", type=_threads_flag(), help=THREADS_HELP)
     g.set_defaults(func=cmd_generate, raw=False)
 
     b = sub.add_parser("bench", help="engine speed: tg128, pp128, block forwards, bytes per token")
@@ -222,12 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help=MODEL_HELP)
     src.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, help="random weights of a named shape")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
-    b.add_argument("--threads", type=int, help=THREADS_HELP)
+    b.add_argument("--threads", type=_threads_flag(), help=THREADS_HELP)
     b.add_argument("--isa", choices=kernel_paths.names(),
                    help="force a kernel path (the *-emulated ones: those kernels written in AVX2 or C, for tests)")
     b.add_argument("--lm-head", choices=("int8", "exact"), default="int8", help=LM_HEAD_HELP)
     b.add_argument("--kv", choices=KV_CHOICES, help="KV cache (default f16 with the int8 head)")
-    b.add_argument("--repeats", type=int, default=5, help="timed runs per figure (after one warm-up)")
+    b.add_argument("--repeats", type=_at_least_one(), default=5,
+                   help="timed runs per figure (after one warm-up; 1 or more)")
     b.add_argument("--keep", action="store_true",
                    help="with --synthetic: keep the generated file in the cache for the next run")
     b.add_argument("--packing", choices=PACKINGS,

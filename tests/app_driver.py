@@ -34,10 +34,13 @@ def get(url: str, timeout: float) -> tuple[str, float]:
     return body, time.monotonic() - t0
 
 
+SERVER_PIDS: dict = {}  # the URL streamlit() yields -> the server's process id (server_cpu_seconds)
+
+
 @contextlib.contextmanager
 def streamlit(env: dict, log_path: str):
     """`streamlit run app.py` on a free loopback port with `env`, its output in `log_path`; yields its URL once
-    healthy."""
+    healthy (SERVER_PIDS[url]: its process id)."""
     port = free_port()
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "app.py"),
@@ -56,13 +59,72 @@ def streamlit(env: dict, log_path: str):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"streamlit did not start; see {log_path}")
                 time.sleep(0.3)
+            SERVER_PIDS[url] = proc.pid
             yield url
         finally:
+            SERVER_PIDS.pop(url, None)
             proc.terminate()
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def server_cpu_seconds(url: str) -> float:
+    """The CPU time the app's server process (of streamlit(): url) has used so far, all its threads (Linux /proc)."""
+    with open(f"/proc/{SERVER_PIDS[url]}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def at_rest(url: str, seconds: float = 3.0) -> float:
+    """The share of one core the server used over `seconds` (an idle server: about 0)."""
+    before = server_cpu_seconds(url)
+    time.sleep(seconds)
+    return (server_cpu_seconds(url) - before) / seconds
+
+
+def no_exception(page) -> None:
+    """Nothing on the page is a Streamlit exception box (a traceback where the page should be)."""
+    boxes = page.locator('[data-testid="stException"]')
+    assert boxes.count() == 0, boxes.first.inner_text()[:600]
+
+
+def sidebar_select(page, label: str):
+    return page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(
+        has=page.get_by_text(label, exact=True))
+
+
+def open_select(page, label: str):
+    """Open sidebar select box `label`'s list (clicked again when a click lands while the page redraws it); returns
+    the options locator."""
+    options = page.get_by_role("option")
+    for attempt in range(4):
+        sidebar_select(page, label).get_by_role("combobox").click()
+        try:
+            options.first.wait_for(timeout=5_000)
+            return options
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: once more
+            if attempt == 3:
+                raise
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(500)
+
+
+def select_options(page, label: str) -> list[str]:
+    """The options sidebar select box `label` offers now (its list opened, read, and closed)."""
+    names = open_select(page, label).all_inner_texts()
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(300)
+    return names
+
+
+def choose(page, label: str, option: str) -> None:
+    """Choose `option` in sidebar select box `label`, and wait for the page's run it starts to end."""
+    open_select(page, label)
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_timeout(500)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
 
 
 def messages(page):
@@ -174,6 +236,23 @@ WATCH_PACE = """() => {
     if (n !== rows) { rows = n; window.rowLog.push([t, n]); }
   });
   window.paceWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+# Every speed figure the page shows from now on: window.speedsSeen = [each distinct "N tok/s" chip text or
+# "N.NN×" metric value, in the order they appeared] (a figure that is replaced shows up twice).
+WATCH_SPEEDS = """() => {
+  window.speedsSeen = [];
+  if (window.speedWatch) window.speedWatch.disconnect();
+  const seen = new Set();
+  const look = () => {
+    document.querySelectorAll('[data-testid="stElementContainer"]:not([data-stale="true"]) .chip, '
+                              + '[data-testid="stElementContainer"]:not([data-stale="true"]) [data-testid="stMetricValue"]')
+      .forEach(e => { const t = e.innerText.trim();
+                      if (/tok\\/s$|×$/.test(t) && !seen.has(t)) { seen.add(t); window.speedsSeen.push(t); } });
+  };
+  window.speedWatch = new MutationObserver(look);
+  window.speedWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
 
 

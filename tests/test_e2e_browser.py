@@ -14,7 +14,12 @@
    no stale suggestion among the replies); Compare on a skill prompt (the same text on both sides, the sentence
    that says why diffusion won or lost); the Markdown export (line breaks kept).
 
-3. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
+3. test_every_select_box_value_and_an_offline_hub_repo: offline mode (HF_HUB_OFFLINE=1): the notice offers no retry;
+   every sidebar select box but the model's, in Block diffusion mode, through each value it offers, with no exception
+   on the page, then a reply; "Pick another model" opens the model list; a Hub repo id typed there ends in the same
+   notice with the server at rest (its CPU time over 3 s).
+
+4. test_llama_family_checkpoint_from_the_hub: a generated Llama-family checkpoint (Llama3-8B-1.58's layout:
    LlamaForCausalLM with BitNet quantization, packed BitLinear weights, untied head, silu, no sub-norms, llama3
    rope scaling; tests/family_checkpoints.py) served by the loopback Hub is downloaded, converted and chatted
    with; the picker's "What each model needs here" table lists the families.
@@ -39,9 +44,10 @@ import urllib.parse
 
 import pytest
 
-from app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, FRESH_COMPARE, WATCH_PACE, assistant_text, clear_chat,
-                        click_button, click_toggle, compare, free_port, get, messages, reply_tokens, send, set_number,
-                        set_slider, sidebar_text, slider_to_min, slider_value, step_period, streamlit, wait_streaming)
+from app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, FRESH_COMPARE, WATCH_PACE, assistant_text, at_rest, choose,
+                        clear_chat, click_button, click_toggle, compare, free_port, get, messages, no_exception,
+                        reply_tokens, select_options, send, set_number, set_slider, sidebar_text, slider_to_min,
+                        slider_value, step_period, streamlit, wait_streaming)
 from bitnet_app.demo import demo_model_dir
 from bitnet_app.ui import model_choices, suggestions
 from fake_hub import FakeHub
@@ -261,11 +267,11 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         expect(page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded")) \
             .to_be_visible(timeout=60_000)
         expect(chat_box).to_be_visible(timeout=60_000)
-        assert "Running the bundled demo model" in sidebar_text(page)
+        assert f"Running {model_choices.DEMO_LABEL}" in sidebar_text(page)
         assert "1.2 GB download" not in sidebar_text(page)
         expect(page.locator('[data-testid="stToast"]')).to_have_count(0)  # nothing covers the notice
         picker = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Model")
-        assert picker.input_value().startswith("Demo model"), picker.input_value()  # the model that runs
+        assert picker.input_value() == "bitnet-b1.58-2B-4T · not downloaded", picker.input_value()  # its own name
         notice = page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded").inner_text()
         assert "runs offline" not in notice and "runs offline" in sidebar_text(page)  # described once, in the sidebar
         picker.click()
@@ -285,14 +291,15 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         max_tokens = 64
         set_number(page, "Max new tokens", max_tokens)
         temperature = slider_value(page, "Temperature")
-        page.get_by_role("button", name="Pick another model").click()
+        page.get_by_role("button", name="Pick another model").click()  # opens the list
+        page.get_by_role("option", name=model_choices.CUSTOM_LABEL).click(timeout=20_000)
         expect(page.get_by_text("Type a Hub repo id")).to_be_visible(timeout=20_000)
         box = page.get_by_label("Hub repo id or folder", exact=True)
         box.fill(str(tmp_path / "no-such-checkpoint"))
         box.press("Enter")
         expect(page.get_by_text("That model was not found")).to_be_visible(timeout=20_000)
         _shot(page, "06-error-page")
-        click_button(page, "Use the bundled demo model")
+        click_button(page, f"Use the {model_choices.DEMO_LABEL}")
         expect(chat_box).to_be_visible(timeout=60_000)
         assert page.get_by_label("Max new tokens", exact=True).input_value() == str(max_tokens)
         assert slider_value(page, "Temperature") == temperature
@@ -446,6 +453,61 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         _assert_only_local(requests)
 
 
+def test_every_select_box_value_and_an_offline_hub_repo(browser, demo, tmp_path):
+    """Offline mode (HF_HUB_OFFLINE=1): the default model's notice offers no retry (none could download); every select
+    box of the sidebar but the model's, in Block diffusion mode, through each value it offers (block attention once
+    crashed the page), with no exception on the page, then a reply with what the walk left; "Pick another model"
+    opens the model list; a Hub repo id typed there ends in the same notice, with the server at rest."""
+    from playwright.sync_api import expect
+
+    env = _app_env(tmp_path, HF_HUB_OFFLINE="1")
+    with streamlit(env, _log("e2e-streamlit-selects.log")) as url, _page(browser) as (page, requests):
+        chat_box = page.locator('[data-testid="stChatInput"] textarea')
+        page.goto(url)
+        notice = page.get_by_test_id("stAlertContentWarning").filter(has_text="could not be downloaded")
+        expect(notice).to_be_visible(timeout=60_000)
+        expect(chat_box).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("start the app without it")).to_be_visible()
+        assert page.get_by_role("button", name="Retry the download").count() == 0
+        _shot(page, "15-first-screen")
+
+        page.locator('[data-testid="stSidebar"] [data-testid="stRadio"]').get_by_text("Block diffusion").click()
+        page.wait_for_timeout(800)
+        walked = {}
+        for label in ("CPU threads", "KV cache", "Block size", "Sub-block size", "Attention pattern", "Fill rule"):
+            i = 0
+            while i < len(options := select_options(page, label)):  # what it offers may change as it goes
+                choose(page, label, options[i])
+                no_exception(page)
+                expect(chat_box).to_be_visible(timeout=60_000)
+                walked.setdefault(label, []).append(options[i])
+                i += 1
+        assert len(walked["Attention pattern"]) == 2 and len(walked["Block size"]) >= 4, walked
+        set_number(page, "Max new tokens", 24)
+        send(page, demo["skills"][0] if demo["skills"] else OPEN_PROMPT)
+        assert reply_tokens(page, 1) >= 1
+        no_exception(page)
+
+        _prepare_shot(page)  # the sidebar at its top, for the picture of the open list
+        page.get_by_role("button", name="Pick another model").click()
+        expect(page.get_by_role("option", name=model_choices.CUSTOM_LABEL)).to_be_visible(timeout=20_000)
+        page.wait_for_timeout(300)
+        _save_shot(page.screenshot(), "16-picker-open")  # as it is: a scroll or a mouse move would close the list
+        page.get_by_role("option", name=model_choices.CUSTOM_LABEL).click()
+        box = page.get_by_label("Hub repo id or folder", exact=True)
+        box.fill("someone/some-bitnet-model")
+        box.press("Enter")
+        expect(page.get_by_test_id("stAlertContentWarning").filter(
+            has_text="someone/some-bitnet-model could not be downloaded")).to_be_visible(timeout=60_000)
+        expect(chat_box).to_be_visible(timeout=60_000)
+        assert "someone/some-bitnet-model is not downloaded" in sidebar_text(page)
+        page.wait_for_timeout(1000)
+        busy = at_rest(url)
+        assert busy < 0.2, f"the server used {busy:.0%} of a core with nothing to do"
+        no_exception(page)
+        _assert_only_local(requests)
+
+
 def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
     from playwright.sync_api import expect
 
@@ -464,6 +526,7 @@ def test_llama_family_checkpoint_from_the_hub(browser, tmp_path):
         assert f"Running **{repo}**" in sidebar_text(page) or f"Running {repo}" in sidebar_text(page)
         page.get_by_text("What each model needs here").click()
         expect(page.get_by_text("tiiuae/Falcon3-7B-Instruct-1.58bit")).to_be_visible(timeout=10_000)
+        expect(page.get_by_text("when this list was opened", exact=False)).to_be_visible()  # measured again
         set_number(page, "Max new tokens", 16)
         set_number(page, "Seed", 5)
         send(page, "Hello! How are you today?")

@@ -24,6 +24,28 @@ def test_block_picture_frames_track_given_filled_and_new_slots():
     assert other_block["given"] == [] and other_block["block"] == 2
 
 
+def test_a_later_blocks_first_slot_is_the_models_token_and_special_tokens_are_hidden():
+    """The reply starts at position 34 (prompt_end): the prompt's tail is given; the first slot of the next block
+    holds a token the model wrote (settled by the step before), so it is drawn as written, not as the prompt's; a
+    special token (its text "") shows its place without its marker."""
+    text = {**TEXT, 5: ""}  # 5: a special token, as ReplyView's decode(skip_special_tokens=True) gives it
+    first = block_picture.frame_from_step(Step(32, (1, 2, MASK, MASK), (2,), MASK), text.get, None, 34)
+    assert first["given"] == [0, 1]
+    later = block_picture.frame_from_step(Step(36, (4, MASK, 5, MASK), (2,), MASK), text.get, first, 34)
+    assert later["given"] == [] and later["block"] == 2
+    html = block_picture.render(later)
+    assert 'class="slot fill">!<' in html and 'class="slot new"></span>' in html and 'given">!' not in html
+    assert "&lt;|" not in html
+
+
+def test_the_words_under_a_picture_fit_the_attention_pattern():
+    causal = block_picture.what_diffusion_does(32, "causal")
+    block = block_picture.what_diffusion_does(32, "block")
+    assert "only the text before it" in causal and "whole block" not in causal
+    assert "whole block" in block
+    assert "forward" not in block_picture.steps_and_forwards({"tokens": 82, "steps": 82, "forwards": 90})
+
+
 def test_stat_chips_show_the_figures_of_each_mode():
     ar = {"mode": "ar", "stats": {"tokens": 12, "tok_s": 40.0, "ttft_s": 0.05, "forwards": 12,
                                   "tokens_per_forward": 1.0}, "stop_reason": "stop"}
@@ -80,6 +102,11 @@ def test_suggestions_come_from_the_model_folders_prompt_file(tmp_path):
     assert suggestions.for_folder(str(model)) == [("Count from 3 to 7.", "skill"), ("ROMEO.", "open")]  # it wins
     assert suggestions.button_label("ROMEO.\nBut soft") == "ROMEO. / But soft"
     assert suggestions.button_label("x" * 100, limit=10) == "x" * 9 + "…"
+    scene = "Continue this scene:\nBRUTUS.\nLucius!--My gown.--Farewell now, good Messala:--\nGood night, Titinius"
+    assert suggestions.button_label(scene) == "Continue this scene: / BRUTUS. (+2 lines)"  # whole lines, never cut
+    many = {"skills": [{"prompt": f"Count from 1 to {n}."} for n in range(5, 12)], "open": ["A.", "B."]}
+    (tmp_path / "assets" / "demo-suggestions.json").write_text(json.dumps(many))
+    assert len(suggestions.for_folder(str(model))) == 9  # every checked suggestion is offered
 
 
 def test_chat_text_keeps_its_line_breaks_outside_code():
@@ -107,24 +134,31 @@ def test_the_compare_sentence_says_why_diffusion_won_or_lost():
     assert compare_view.why(compare_view.summary(ar, lost)).startswith("Block diffusion was slower than AR (0.50×)")
 
 
-def test_timing_takes_the_median_and_spread_of_the_runs():
-    from bitnet_app.ui import timing
+def test_timing_counts_the_fastest_run_and_the_speedup_is_the_ratio_of_the_shown_tok_s():
+    from bitnet_app.ui import compare_view, timing
 
-    assert timing.spread([3.0, 1.0, 2.0, 9.0, 4.0]) == {"median": 3.0, "low": 1.0, "high": 9.0, "runs": 5}
-    ar = [{"tokens": 10, "total_s": t, "tok_s": 10 / t} for t in (0.010, 0.020, 0.010)]
-    diff = [{"tokens": 10, "steps": 2, "total_s": t, "tok_s": 10 / t} for t in (0.005, 0.005, 0.020)]
-    m = timing.median_pair(ar, diff)  # speed-ups 2.0, 4.0, 0.5: the median pair is the first
-    assert (m["speedup"], m["low"], m["high"], m["runs"]) == (2.0, 0.5, 4.0, 3)
-    assert m["tokens_per_step"] == 5.0 and abs(m["step_in_ar_tokens"] - 2.5) < 1e-9  # that pair's own figures
+    ar = [{"tokens": 10, "total_s": t, "tok_s": 10 / t} for t in (0.020, 0.010, 0.040)]
+    diff = [{"tokens": 10, "steps": 2, "total_s": t, "tok_s": 10 / t} for t in (0.005, 0.020, 0.008)]
+    fa, fd = timing.fastest(ar), timing.fastest(diff)
+    assert (fa["total_s"], fa["runs"], fa["low"], fa["high"]) == (0.010, 3, 250.0, 1000.0)
+    m = timing.pair(fa, fd)
+    assert m["speedup"] == fd["tok_s"] / fa["tok_s"] == 2.0  # the large figure: the ratio of the two shown
+    assert m["tokens_per_step"] == 5.0 and abs(m["step_in_ar_tokens"] - 2.5) < 1e-9
+    s = compare_view.summary({"stats": ar[0], "timing": fa}, {"stats": diff[0], "timing": fd}, dict(m, runs=3))
+    assert s["speedup"] == 2.0 and s["runs"] == 3
+    ar_chip = stats.speed_chips({"stats": ar[0], "timing": fa})[0][1]
+    diff_chip = stats.speed_chips({"stats": diff[0], "timing": fd})[0][1]
+    assert (ar_chip, diff_chip) == ("1,000 tok/s", "2,000 tok/s")  # 2,000 / 1,000 = the 2.00x above them
     assert timing.too_short({"total_s": 0.01}) and not timing.too_short({"total_s": 2.0}) and not timing.too_short(None)
-    assert (timing.runs_for(0.01), timing.runs_for(0.2), timing.runs_for(0.4)) == (9, 5, 3)  # odd, about a second
 
 
-def test_a_retimed_reply_shows_the_median_with_its_spread():
+def test_a_retimed_reply_shows_its_fastest_run_and_a_timed_one_no_speed_before():
     msg = {"mode": "ar", "stats": {"tokens": 89, "tok_s": 1020.0, "total_s": 0.087},
-           "timing": {"median": 10540.4, "low": 9800.0, "high": 11168.0, "runs": 5}}
+           "timing": {"tokens": 89, "tok_s": 10540.4, "total_s": 0.0084, "runs": 41, "low": 900.0, "high": 10540.4}}
     line = stats.text_line(msg)
-    assert "10,540 tok/s" in line and "median of 5 runs: 9,800–11,168" in line and "1,020" not in line
+    assert "10,540 tok/s" in line and "fastest of 41 runs" in line and "1,020" not in line
+    waiting = stats.html_row({"mode": "ar", "stats": msg["stats"]}, note="timing it again off screen…", speed=False)
+    assert "tok/s" not in waiting and "89 tokens" in waiting  # no figure until the final one
 
 
 def test_a_stopped_reply_keeps_its_figures():
@@ -195,7 +229,7 @@ def test_without_slow_motion_the_live_picture_shows_the_first_step_then_one_at_m
     clock = [100.0]
     monkeypatch.setattr(reply.time, "perf_counter", lambda: clock[0])
     msg = reply.new_message("diffusion")
-    view = reply.ReplyView(msg, SimpleNamespace(decode=lambda ids: TEXT[ids[0]]), prompt_tokens=32)
+    view = reply.ReplyView(msg, SimpleNamespace(decode=lambda ids, skip_special_tokens=False: TEXT[ids[0]]), prompt_tokens=32)
     picture, finished = placeholders[0], placeholders[2]
     block = [MASK] * 4
     for slot, wait in enumerate((0.0, reply.REDRAW_S / 2, reply.REDRAW_S, 0.0)):  # step 2 and 4 come too soon
@@ -226,10 +260,11 @@ def test_slow_motion_holds_its_rate():
 
 def test_the_finished_picture_tints_each_token_by_its_step_and_says_what_it_shows():
     by_step = [["8 x 1 = 8", 1], ["\n", 1], ["8 x 2", 2], [" = 16", 2], ["", 3]]
-    page = block_picture.render_settled(by_step, {"tokens": 4, "steps": 2, "forwards": 4}, 32)
+    page = block_picture.render_settled(by_step, {"tokens": 4, "steps": 2, "forwards": 4}, 32, "causal")
     assert page.count('class="tok"') == 4 and 'title="step 2"' in page and "↵" in page
     assert "Block diffusion writes 32 tokens at a time" in page  # one sentence for people who are not engineers
-    assert "4 tokens took 2 steps" in page and "4 in all, the 2 steps plus 2" in page  # steps vs forwards, once
+    assert "4 tokens took 2 steps" in page and "ran 4 times in all: once per step, and 2 more" in page
+    assert "Each colour is one step" not in page and "point at a token to see its step" in page  # true for 82 steps
 
 
 def test_the_picture_never_shows_ids_past_the_replys_end():
@@ -252,6 +287,27 @@ def test_the_memory_footnote_only_comes_with_a_warned_row():
     assert "GB memory ⚠" in tight and "⚠: more than the 1.0 GB of memory free now" in tight
 
 
+def test_the_read_roof_is_measured_again_when_the_table_opens_and_says_when():
+    """The roof the table's speeds stand on: measured once for the page, then again each time the table is opened
+    (sidebar._measure_again, the expander's on_change), and the table says when."""
+    import time
+
+    import streamlit as st
+
+    from bitnet_app.ui import sidebar
+
+    first = sidebar.read_roof(1)
+    assert sidebar.read_roof(1) == first  # the page's other lines reuse it
+    time.sleep(1.1)
+    st.session_state[sidebar.NEEDS_KEY] = True  # opened
+    st.session_state["threads"] = 1
+    sidebar._measure_again()
+    again = sidebar.read_roof(1)
+    assert again[1] != first[1] and again[0] is not None and again[0] > 0
+    table = sidebar.catalog_table(again[0], free=10**15, measured_at=again[1])
+    assert f"measured at {again[1]}, when this list was opened" in table
+
+
 def test_a_path_that_does_not_exist_is_not_called_a_checkpoint_folder(tmp_path):
     from bitnet_app.ui import model_choices
 
@@ -262,13 +318,15 @@ def test_a_path_that_does_not_exist_is_not_called_a_checkpoint_folder(tmp_path):
     assert "checkpoint folder on this computer" in model_choices.describe(real)
 
 
-def test_the_picker_shows_short_names_with_sizes_and_the_demo_model_standing_in():
+def test_the_picker_shows_short_names_with_sizes_and_a_model_not_downloaded():
     from bitnet_app.source import DEFAULT_REPO
     from bitnet_app.ui import model_choices
 
     assert model_choices.picker_label(DEFAULT_REPO) == "bitnet-b1.58-2B-4T · 1.2 GB"
     assert all(len(model_choices.picker_label(r)) <= 33 for r in model_choices.choices())  # none cut off
-    assert model_choices.picker_label(DEFAULT_REPO, DEFAULT_REPO).startswith("Demo model")
+    assert model_choices.picker_label(DEFAULT_REPO, not_downloaded=True) == "bitnet-b1.58-2B-4T · not downloaded"
+    assert model_choices.picker_label(model_choices.DEMO_LABEL) == "Demo model · bundled"  # its one name
+    assert model_choices.picker_label(model_choices.DEMO_LABEL, not_downloaded=True) == "Demo model · bundled"
 
 
 def test_dot_venv_is_ignored():
@@ -277,3 +335,31 @@ def test_dot_venv_is_ignored():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, ".gitignore"), encoding="utf-8") as f:
         assert {".venv", ".venv/", "/.venv", "/.venv/"} & {line.strip() for line in f}
+
+
+def test_what_a_person_typed_shows_as_typed_in_the_chat_and_the_export():
+    from bitnet_app.ui import reply
+
+    typed = "*stars* and _under_ $5 :smile: 1. not a list\n# not a heading"
+    shown = reply.plain_markdown(typed)
+    assert "\\*stars\\*" in shown and "\\_under\\_" in shown and "\\$5" in shown and "\\:smile\\:" in shown
+    assert "1\\. not a list  \n\\# not a heading" in shown  # its line break kept, no list, no heading
+    msgs = [{"role": "user", "content": typed},
+            {"role": "assistant", "content": "**bold** from the model", "mode": "ar", "stats": None}]
+    md = export.to_markdown(msgs, system_prompt="", model="m")
+    assert "\\*stars\\*" in md and "**bold** from the model" in md  # the model's Markdown stays Markdown
+
+
+def test_auto_threads_is_one_for_a_small_model_unless_bitnet_threads_says(tmp_path, monkeypatch):
+    from bitnet_app.ui import loading
+
+    small = tmp_path / "small.bitnet"
+    small.write_bytes(b"\0" * 1024)
+    big = tmp_path / "big.bitnet"
+    with open(big, "wb") as f:
+        f.truncate(loading.SMALL_MODEL_BYTES)  # sparse: no disk used
+    monkeypatch.delenv("BITNET_THREADS", raising=False)
+    assert loading.auto_threads(str(small)) == 1 and loading.auto_threads(str(big)) is None
+    assert loading.auto_threads(str(tmp_path / "missing.bitnet")) is None
+    monkeypatch.setenv("BITNET_THREADS", "2")
+    assert loading.auto_threads(str(small)) is None  # the engine reads it: the user's number wins

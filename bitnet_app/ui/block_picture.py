@@ -3,7 +3,8 @@
 A frame is plain data kept in the chat history for the replay:
     {"start": absolute position of the block, "block": its number in the reply (1, 2, ...),
      "slots": [text, or None for a slot still open], "new": [slot indices],
-     "given": [slot indices known before the block's first step: the prompt's tail or the carried token]}
+     "given": [slot indices that hold the prompt's tail]}
+A slot's text is "" for a special token (end of turn, a role marker): the picture shows the place, not the marker.
 The finished picture is the reply's tokens, each with the step that settled it: [[text, step], ...].
 """
 import html
@@ -14,13 +15,19 @@ PREFILL_COLOUR = "#f3f4f6"  # a token the prompt's own pass predicted (the promp
 STEP_COLOURS = ("#dbeafe", "#fde68a", "#d1fae5", "#fbcfe8", "#e0e7ff", "#fed7aa", "#ccfbf1", "#ede9fe")
 
 
-def frame_from_step(step, token_text, previous: dict | None = None) -> dict:
-    """A Step event -> frame; token_text(id) gives the text of one token (the model's tokenizer);
-    previous: the frame before it, to carry which slots were given rather than generated, and the block number."""
+def frame_from_step(step, token_text, previous: dict | None = None, prompt_end: int | None = None) -> dict:
+    """A Step event -> frame; token_text(id) gives the text of one token (the model's tokenizer, "" for a special
+    token); previous: the frame before it, for the block number; prompt_end: the absolute position where the reply
+    starts: the slots before it are the prompt's (None: every slot known before the block's first step, for a caller
+    that does not know). A slot known before the first step at or after prompt_end is a token the model wrote (the
+    first slot of a later block, settled by the step before), drawn as filled, not as the prompt's."""
     slots = [None if int(t) == int(step.mask_id) else token_text(int(t)) for t in step.block]
     new = [int(i) for i in step.filled]
-    same_block = previous is not None and previous["start"] == int(step.block_start)
-    if same_block:
+    start = int(step.block_start)
+    same_block = previous is not None and previous["start"] == start
+    if prompt_end is not None:
+        given = [i for i, t in enumerate(slots) if t is not None and start + i < prompt_end]
+    elif same_block:
         given = previous.get("given", [])
     else:
         given = [i for i, t in enumerate(slots) if t is not None and i not in new]
@@ -39,6 +46,8 @@ def cut_at(frame: dict, end: int) -> None:
 
 
 def _slot_label(text: str) -> str:
+    if text == "":  # a special token: its place, without its marker
+        return ""
     shown = text.replace("\n", "↵").replace("\t", "⇥")
     if shown.strip() == "":
         shown = "␣" * max(1, len(shown))
@@ -47,8 +56,8 @@ def _slot_label(text: str) -> str:
 
 LEGEND = ('<div class="legend"><span class="slot given">tok</span> from the prompt &nbsp; '
           '<span class="slot mask">·</span> still open &nbsp; '
-          '<span class="slot fill">tok</span> filled &nbsp; <span class="slot new">tok</span> filled by '
-          'this step</div>')
+          '<span class="slot fill">tok</span> written by an earlier step &nbsp; <span class="slot new">tok</span> '
+          'written by this step</div>')
 
 
 def render(frame: dict, *, caption: str = "", live: bool = False) -> str:
@@ -75,21 +84,26 @@ def _token_html(text: str) -> str:
     return html.escape(text).replace("\n", '<span class="nl">↵</span> ')
 
 
-def what_diffusion_does(block_size: int) -> str:
-    """Block diffusion in one sentence for people who are not engineers."""
-    return (f"Block diffusion writes {block_size} tokens at a time: at each step the model looks over the whole "
-            f"block and fills in every token it is sure of, so easy stretches (a count, a times table) come out "
-            f"several tokens per step.")
+def what_diffusion_does(block_size: int, attention: str | None) -> str:
+    """Block diffusion in one sentence for people who are not engineers, true to the model's attention pattern
+    (block: each place sees the whole block; causal, or not known: only the text before it)."""
+    sees = ("each place seeing the whole block" if attention == "block"
+            else "each place reading only the text before it")
+    return (f"Block diffusion writes {block_size} tokens at a time: at each step the model guesses every open place "
+            f"of the block at once, {sees}, and keeps the guesses it is sure of, so easy stretches (a count, a times "
+            f"table) come out several tokens per step.")
 
 
 def steps_and_forwards(stats: dict) -> str:
-    """Steps and forwards told apart, once, in plain words."""
+    """Steps, and the model's other runs, told apart once, in plain words."""
     steps, forwards, tokens = int(stats.get("steps", 0)), int(stats.get("forwards", 0)), int(stats.get("tokens", 0))
     per_step = f" ({tokens / steps:.1f} per step)" if steps else ""
-    line = f"Each colour is one step: {tokens} tokens took {steps} steps{per_step}."
+    steps_word = "step" if steps == 1 else "steps"
+    line = (f"{tokens} tokens took {steps} {steps_word}{per_step}. Tokens written in the same step share a colour; "
+            f"the colours take turns, so point at a token to see its step.")
     if forwards > steps:
-        line += (f" A forward is any pass of the model: {forwards} in all, the {steps} steps plus {forwards - steps} "
-                 f"that read the prompt and store each finished block.")
+        line += (f" The model ran {forwards} times in all: once per step, and {forwards - steps} more to read the "
+                 f"prompt and to store each finished block.")
     return line
 
 
@@ -101,10 +115,11 @@ def _step_name(step: int) -> str:
     return f"step {step}" if step > 0 else "predicted with the prompt, before the first step"
 
 
-def render_settled(by_step: list, stats: dict, block_size: int) -> str:
-    """The finished reply, each token tinted by the step that settled it, with what it shows in words."""
+def render_settled(by_step: list, stats: dict, block_size: int, attention: str | None) -> str:
+    """The finished reply, each token tinted by the step that settled it (its number shown on hover), with what it
+    shows in words."""
     spans = "".join(f'<span class="tok" style="background:{_colour(int(s))}" title="{_step_name(int(s))}">'
                     f'{_token_html(t)}</span>' for t, s in by_step if t)
-    notes = f"{what_diffusion_does(block_size)} {steps_and_forwards(stats)}"
+    notes = f"{what_diffusion_does(block_size, attention)} {steps_and_forwards(stats)}"
     return (f'<div class="bp-final"><div class="bp-head">How block diffusion wrote this reply</div>'
             f'<div class="bp-text">{spans}</div><div class="legend">{html.escape(notes)}</div></div>')

@@ -77,7 +77,7 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
     for i, m in enumerate(msgs):
         with st.chat_message(m["role"]):
             if m["role"] == "user":
-                st.markdown(reply.markdown_text(m["content"]))
+                st.markdown(reply.plain_markdown(m["content"]))  # as typed: *stars* stay stars
                 continue
             reply.draw_stored(m)
             if m.get("steps"):
@@ -86,6 +86,19 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
             if i == len(msgs) - 1 and not busy:
                 actions.button("Regenerate", on_click=_regenerate, icon=":material/refresh:", type="tertiary",
                                key="regenerate", help="Drop this reply and write a new one for the same question.")
+
+
+def reply_room(max_new_tokens: int, messages: list[dict]) -> int:
+    """The room the history leaves for the next reply: max new tokens, or, once the chat has replies, half as much
+    again as the longest one so far (at least MIN_ROOM), whichever is less. Keeping max new tokens free (half the
+    demo model's context) would drop the oldest turns of a chat of 110-token times tables from its third reply on,
+    for room no reply uses; a reply that does outgrow it stops at the context's end and says so."""
+    longest = max((int((m.get("stats") or {}).get("tokens", 0)) for m in messages if m["role"] == "assistant"),
+                  default=0)
+    return max_new_tokens if not longest else min(max_new_tokens, max(MIN_ROOM, longest * 3 // 2))
+
+
+MIN_ROOM = 32
 
 
 def _conversation(model) -> list[dict]:
@@ -105,14 +118,14 @@ def _generate(loaded) -> None:
     convo = _conversation(model)
     params = state.decode_params(model, seeded=True)  # seeded: a re-timed run writes the same reply
     pacer = reply.Pacer(state.slow_motion_rate())
-    msg, view, work = reply.new_message(params.mode), None, reply.Work()
+    msg, view, work = reply.new_message(params.mode, params.attention), None, reply.Work()
     with st.chat_message("assistant"):
         if not loaded.lock.acquire(blocking=False):
             st.warning("The model is busy with a reply in another tab. Try again when it is done.")
             state.finish(record)
             return
         try:
-            kept, dropped = model.trim_history(convo, params.max_new_tokens)
+            kept, dropped = model.trim_history(convo, reply_room(params.max_new_tokens, messages))
             if dropped:
                 msg["trimmed"] = dropped
                 msg["trim_notice"] = (f"The conversation is longer than the model's context ({model.context_length} "
@@ -132,10 +145,9 @@ def _generate(loaded) -> None:
             finally:
                 events.close()
             if timing.too_short(msg["stats"]):
-                view.note("timing it again off screen…")
+                view.note(reply.TIMING_NOTE)
                 job = timing.Job(model, ids, params, msg["stats"].get("reused_tokens", 0))
-                runs = timing.time_again({"reply": job}, timing.runs_for(msg["stats"]["total_s"]))
-                msg["timing"] = timing.spread([s["tok_s"] for s in runs["reply"]])
+                msg["timing"] = timing.fastest(timing.time_again({"reply": job})["reply"])
         except ContextOverflow as exc:
             msg["error"] = (f"This message is too long for the model ({exc.prompt_tokens} tokens, the context "
                             f"holds {exc.context}). Shorten it, lower “max new tokens”, or clear the chat.")

@@ -24,12 +24,12 @@ def _submit() -> None:
 
 def summary(ar: dict, diff: dict, timed: dict | None = None) -> dict:
     """Speed-up of diffusion over AR, its tokens per step and what a step costs in AR tokens (timing.pair; from
-    `timed`, the median pair of the runs timed again, when there is one), and whether the texts agree."""
+    `timed`, the pair of the fastest runs timed again, when there is one), and whether the texts agree."""
     figures = timed or timing.pair(ar.get("stats") or {}, diff.get("stats") or {})
     sd = diff.get("stats") or {}
     return {"speedup": figures["speedup"], "tokens_per_step": figures["tokens_per_step"],
-            "step_in_ar_tokens": figures["step_in_ar_tokens"], "low": figures.get("low"),
-            "high": figures.get("high"), "runs": figures.get("runs", 1), "diffusion_tpf": sd.get("tokens_per_forward"),
+            "step_in_ar_tokens": figures["step_in_ar_tokens"], "runs": figures.get("runs", 1),
+            "diffusion_tpf": sd.get("tokens_per_forward"),
             "identical": ar.get("content", "") == diff.get("content", ""),
             "similarity": difflib.SequenceMatcher(None, ar.get("content", ""), diff.get("content", "")).ratio()}
 
@@ -53,11 +53,11 @@ def why(s: dict) -> str:
 def _draw_summary(result: dict) -> None:
     s = summary(result["ar"], result["diffusion"], result.get("timing"))
     c1, c2, c3 = st.columns(3)
-    spread = (f"; median of {s['runs']} runs each, timed off screen in turn: {s['low']:.2f}–{s['high']:.2f}×"
-              if result.get("timing") and s["low"] is not None else "")
+    retimed = (f"; the fastest of {s['runs']} runs of each, timed off screen in turn (the tok/s under each reply)"
+               if result.get("timing") else "")
     c1.metric("Diffusion speed vs AR", f"{s['speedup']:.2f}×" if s["speedup"] else "–", border=True,
               help="Diffusion tokens per second divided by AR tokens per second, measured inside each decoder"
-                   + spread + ".")
+                   + retimed + ".")
     tps = f"{s['tokens_per_step']:.2f}" if s["tokens_per_step"] is not None else "–"
     c2.metric("Tokens per step (diffusion)", tps, border=True,
               help="How many tokens each diffusion step settled on average; AR always makes 1.")
@@ -67,9 +67,10 @@ def _draw_summary(result: dict) -> None:
     sentence = why(s)
     if sentence:
         st.markdown(f"**{sentence}**")
-    if result.get("timing") and s["low"] is not None:
-        st.caption(f"Short replies are timed again off screen: {s['runs']} runs of each mode, in turn; the figures "
-                   f"are the median run's (speed-up {s['low']:.2f}–{s['high']:.2f}× over the runs).")
+    if result.get("timing"):
+        st.caption(f"Short replies are timed again off screen: {s['runs']} runs of each mode, in turn, and each "
+                   "mode's fastest run counts (a busy computer only ever adds time), so the figures hold from one "
+                   "run to the next.")
     st.caption(TPS_NOTE)
 
 
@@ -101,17 +102,19 @@ def _stream(views: dict, events: dict, works: dict, pacer) -> None:
 
 
 def _time_again(result: dict, engines: dict, ids: list, params: dict, views: dict) -> None:
-    """Both replies run again off screen, in turn, when either was too short to time once: the median and spread
-    of each one's tok/s, and the median pair (timing.median_pair) for the summary."""
+    """Both replies run again off screen, in turn, when either was too short to time once: each one's fastest run
+    (timing.fastest), whose tok/s the columns show, and the pair of them (timing.pair) for the summary, so the
+    speed-up is the ratio of the two tok/s beside it."""
     if not all(result[m]["done"] for m in MODES) or not any(timing.too_short(result[m]["stats"]) for m in MODES):
         return
     for mode in MODES:
-        views[mode].note("timing it again off screen…")
+        views[mode].note(reply.TIMING_NOTE)  # the one that was long enough shows no figure before the other's
     jobs = {mode: timing.Job(engines[mode].model, ids, params[mode]) for mode in MODES}  # both cold, as they ran
-    runs = timing.time_again(jobs, timing.runs_for(max(result[m]["stats"]["total_s"] for m in MODES)))
+    runs = timing.time_again(jobs)
     for mode in MODES:
-        result[mode]["timing"] = timing.spread([s["tok_s"] for s in runs[mode]])
-    result["timing"] = timing.median_pair(runs["ar"], runs["diffusion"])
+        result[mode]["timing"] = timing.fastest(runs[mode])
+    result["timing"] = dict(timing.pair(result["ar"]["timing"], result["diffusion"]["timing"]),
+                            runs=result["ar"]["timing"]["runs"])
 
 
 def _run(loaded, second, prompt: str) -> None:
@@ -122,13 +125,14 @@ def _run(loaded, second, prompt: str) -> None:
     result = {"prompt": prompt, "ar": reply.new_message("ar"), "diffusion": reply.new_message("diffusion")}
     ss.compare = result
     system_prompt = state.system_prompt(model)
-    st.markdown(f"**Prompt:** {prompt}")
+    st.markdown(f"**Prompt:** {reply.plain_markdown(prompt)}")
     boxes = _columns()
     st.empty()  # where the finished run draws its summary: the last run's summary is replaced now, not left stale
     views, events = {}, {}
     works = {mode: reply.Work() for mode in MODES}
     engines = {"ar": loaded, "diffusion": second}
     params = {mode: state.decode_params(engines[mode].model, mode, seeded=True) for mode in MODES}
+    result["diffusion"]["attention"] = params["diffusion"].attention
     pacer = reply.Pacer(state.slow_motion_rate())
     if not loaded.lock.acquire(blocking=False):
         st.warning("The model is busy with a reply in another tab. Try again when it is done.")
@@ -167,7 +171,7 @@ def _run(loaded, second, prompt: str) -> None:
 def _draw_result(result: dict) -> None:
     """The finished run, in the places the run that streamed it drew (_run): the prompt, the columns, then one
     place for what only a finished run has (an error, the summary)."""
-    st.markdown(f"**Prompt:** {result['prompt']}")
+    st.markdown(f"**Prompt:** {reply.plain_markdown(result['prompt'])}")
     boxes = _columns()
     for mode in MODES:
         with boxes[mode]:
@@ -186,8 +190,9 @@ def draw(loaded, load_second, prompts: list[tuple[str, str]]) -> None:
     model = loaded.model
     st.markdown("#### Compare: autoregressive vs block diffusion")
     block = int(ss.get("block_size") or model.diffusion_defaults["block_size"])
+    attention = ss.get("attention") or model.diffusion_defaults["attention"]
     st.caption("One prompt, both decoders, one step of each in turn on the same CPU, so the speed figures are fair "
-               f"(Slow motion moves both sides in step). {block_picture.what_diffusion_does(block)} The sidebar "
+               f"(Slow motion moves both sides in step). {block_picture.what_diffusion_does(block, attention)} The sidebar "
                "settings apply to both; temperature 0 makes the texts most comparable.")
     if not model.trained_for_diffusion:
         st.info("This checkpoint was not trained for block diffusion, so diffusion mode falls back to filling "

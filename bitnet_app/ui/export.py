@@ -2,7 +2,7 @@
 import json
 import time
 
-from .reply import markdown_text
+from .reply import markdown_text, plain_markdown
 from .stats import text_line
 
 
@@ -12,7 +12,8 @@ def to_markdown(messages: list[dict], *, system_prompt: str, model: str) -> str:
         lines += ["**System prompt:** " + system_prompt.strip(), ""]
     for m in messages:
         who = "You" if m["role"] == "user" else "Assistant"
-        lines += [f"### {who}", "", markdown_text(m.get("content", "")), ""]  # its line breaks kept
+        text = m.get("content", "")  # its line breaks kept; what a person typed, as typed
+        lines += [f"### {who}", "", plain_markdown(text) if m["role"] == "user" else markdown_text(text), ""]
         if m["role"] == "assistant":
             lines += [f"_{text_line(m)}_", ""]
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 The work is bitnet_app.source.prepare, run as a background job; this module only draws its progress.
 A second start finds the converted engine file and goes straight to chat without touching the network.
-Failures raise LoadFailure(kind, message), which first_run.py turns into a page that says what to do.
+Failures raise LoadFailure(kind, message), which load_failures.py turns into a page that says what to do.
 """
+import os
 import threading
 import time
 
@@ -12,7 +13,7 @@ import streamlit as st
 from .. import source as model_source
 from ..units import format_bytes
 from . import jobs
-from .model_choices import Source, demo_available, demo_source
+from .model_choices import DEMO_LABEL, Source, demo_available, demo_source
 
 POLL_S = 0.25
 
@@ -36,9 +37,25 @@ def kv_setting() -> str:
     return st.session_state.get("kv_cache") or "f16"
 
 
+SMALL_MODEL_BYTES = 64 << 20  # an engine file this small (the demo model's is a few MB) runs on one thread in "auto"
+
+
+def auto_threads(path: str) -> int | None:
+    """The engine's threads when the sidebar says "auto": one for a small model, else None (every core, or
+    BITNET_THREADS when set). A step of a model this small lasts tens of microseconds, about what handing work to a
+    second thread costs, and a second thread that the OS deschedules stalls every step: on one thread its timings
+    are the steadiest, which the page's speed figures need."""
+    if os.environ.get("BITNET_THREADS", "").strip():
+        return None
+    try:
+        return 1 if os.path.getsize(path) < SMALL_MODEL_BYTES else None
+    except OSError:
+        return None
+
+
 def _open(path: str, threads: int, kv: str) -> Loaded:
     from ..model import Model
-    return Loaded(Model.open(path, threads=threads or None, kv=kv), path)
+    return Loaded(Model.open(path, threads=threads or auto_threads(path), kv=kv), path)
 
 
 def _release(loaded: Loaded) -> None:
@@ -145,7 +162,7 @@ def _wait(job: jobs.Job, draw) -> object:
 
 
 # The API's advice for an unreachable Hub names the command line's way out; the page has buttons for it.
-PAGE_OFFLINE_HINT = ("Choose \"Demo model (bundled, offline)\" in the model picker, point it at a checkpoint "
+PAGE_OFFLINE_HINT = (f"Choose \"{DEMO_LABEL}\" in the model picker, point it at a checkpoint "
                      "folder on this computer, or connect to the internet and retry.")
 
 

@@ -9,8 +9,9 @@ from ..units import format_bytes
 from . import suggestions
 
 BF16_REPO = DEFAULT_REPO + "-bf16"
-DEMO_LABEL = "Demo model (bundled, offline)"
+DEMO_LABEL = "Demo model"  # the bundled demo model's one name: in the picker, the sidebar, the notices, exports
 CUSTOM_LABEL = "Another Hub repo or local folder…"
+OPEN_PICKER = "open_model_picker"  # session-state flag: the next run opens the picker's list (its notice's button)
 MODEL_ENV = "BITNET_APP_MODEL"  # preselects a repo id or folder (also handy for scripted demos and tests)
 
 DESCRIPTIONS = {  # what each picker choice is, shown under the picker while that model runs
@@ -108,13 +109,16 @@ def choices() -> list[str]:
     return labels
 
 
-def picker_label(label: str, demo_for: str | None = None) -> str:
+def picker_label(label: str, not_downloaded: bool = False) -> str:
     """What the picker shows for choice `label`: a known Hub model by its short name with its download size (the
-    sidebar is too narrow for owner/name ids); demo_for: the chosen label, when the bundled demo model runs in its
-    place (its Hub repo is out of reach), so that the picker names the model that runs."""
-    if demo_for is not None and label == demo_for:
-        return f"Demo model, for {short_name(label)}"
+    sidebar is too narrow for owner/name ids), the demo model as bundled; not_downloaded: the chosen Hub model is out
+    of reach and the demo model runs in its place (the caption under the picker says so), so it shows that state
+    instead of its size."""
+    if label == DEMO_LABEL:
+        return f"{DEMO_LABEL} · bundled"
     entry = catalog.ENTRIES.get(label)
+    if not_downloaded:
+        return f"{short_name(label)} · not downloaded"
     if entry is None:
         return label
     return f"{short_name(label)} · {format_bytes(catalog.needs(entry).download_bytes)}"

@@ -8,21 +8,26 @@ Events come in beats (beats()): one token in autoregressive mode, one step and t
 diffusion. Slow motion paces beats (Pacer: a rate in beats per second), and Compare advances each side by one beat
 in turn, so both sides move in step.
 """
+import re
 import time
 import uuid
 
 import streamlit as st
 
 from ..decode.events import Done, Step, Token
-from . import block_picture, stats
+from . import block_picture, stats, timing
 
 CURSOR = " ▌"
+TIMING_NOTE = "timing it again off screen…"
+WAIT_NOTE = "its speed: timed off screen when the run ends"  # a short reply's Done, before it is timed again
 REDRAW_S = 1 / 30     # without Slow motion the text and the block picture are redrawn at most this often: a small
                       # model makes thousands of events per second, more than the browser can paint
 
 
-def new_message(mode: str) -> dict:
-    return {"id": uuid.uuid4().hex[:12], "role": "assistant", "content": "", "mode": mode, "stats": None,
+def new_message(mode: str, attention: str | None = None) -> dict:
+    """A stored assistant message; attention: the attention pattern block diffusion ran with (its picture's words)."""
+    return {"id": uuid.uuid4().hex[:12], "role": "assistant", "content": "", "mode": mode, "attention": attention,
+            "stats": None,
             "stop_reason": None, "stopped": False, "trimmed": 0, "steps": [], "by_step": [], "tokens_seen": 0,
             "done": False}
 
@@ -108,7 +113,7 @@ class ReplyView:
 
     def _token_text(self, tid: int) -> str:
         if tid not in self._texts:
-            self._texts[tid] = self.model.decode([tid])
+            self._texts[tid] = self.model.decode([tid], skip_special_tokens=True)  # a special token: ""
         return self._texts[tid]
 
     def apply(self, ev) -> None:
@@ -122,7 +127,7 @@ class ReplyView:
         elif isinstance(ev, Step):
             self.steps_seen += 1
             m.setdefault("block_size", len(ev.block))
-            frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame)
+            frame = block_picture.frame_from_step(ev, self._token_text, self._last_frame, self.prompt_tokens)
             self._last_frame = frame
             if len(m["steps"]) < block_picture.MAX_FRAMES:
                 m["steps"].append(frame)
@@ -134,7 +139,10 @@ class ReplyView:
             if self.picture is not None:  # the live block gives way to the whole reply, tinted by step
                 self.picture.empty()
                 draw_finished_picture(m, self.finished)
-            self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
+            if timing.too_short(m["stats"]):  # timed again: its speed appears once, when final
+                self.note(WAIT_NOTE)
+            else:
+                self.footer.markdown(stats.html_row(m), unsafe_allow_html=True)
 
     def draw(self) -> None:
         """Redraw the text and the picture as they stand (in Slow motion always, else when due)."""
@@ -146,8 +154,8 @@ class ReplyView:
             self._draw_frame()
 
     def note(self, text: str) -> None:
-        """A line under the finished reply's figures (e.g. that it is being timed again)."""
-        self.footer.markdown(stats.html_row(self.msg, note=text), unsafe_allow_html=True)
+        """A line under the finished reply's figures, without its speed: that it is being timed again."""
+        self.footer.markdown(stats.html_row(self.msg, note=text, speed=False), unsafe_allow_html=True)
 
     def stopped(self, work: Work) -> None:
         """After a Stop (no Done came): the figures of what was written, from the decoder's time so far. Plain
@@ -201,6 +209,15 @@ def markdown_text(text: str) -> str:
     return "```".join(parts)
 
 
+MARKDOWN_SIGNS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=])")
+
+
+def plain_markdown(text: str) -> str:
+    """Text a person typed, as Markdown that shows it as typed: every sign Markdown (or Streamlit's own additions:
+    $math$, :emoji: and :color[...]) would read is escaped, and its line breaks are kept."""
+    return markdown_text(MARKDOWN_SIGNS.sub(r"\\\1", text))  # no ``` is left to fence
+
+
 def draw_stored(msg: dict) -> None:
     """A finished (or stopped) reply from history: its text, the picture of how block diffusion wrote it (visible
     without a click), its figures."""
@@ -217,5 +234,6 @@ def draw_stored(msg: dict) -> None:
 def draw_finished_picture(msg: dict, where) -> None:
     """The reply tinted by step (block diffusion), into `where` (a placeholder, or st)."""
     if msg.get("by_step") and msg.get("stats"):
-        where.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0)),
+        where.markdown(block_picture.render_settled(msg["by_step"], msg["stats"], int(msg.get("block_size") or 0),
+                                                    msg.get("attention")),
                        unsafe_allow_html=True)

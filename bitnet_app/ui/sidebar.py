@@ -4,34 +4,50 @@ Every control is drawn disabled while a reply streams: changing a widget would r
 the reply off.
 """
 import os
+import time
 
 import streamlit as st
 
 from .. import catalog
 from ..params import KNOBS, default_threshold, problem, sidebar_knobs
 from ..units import format_bytes
-from . import export, loading, model_choices, state
+from . import export, loading, model_choices, page_script, state
+
 
 def _clear_chat() -> None:
     st.session_state.messages = []
 
 
-@st.cache_resource(show_spinner=False)
-def read_roof(threads: int) -> float | None:
-    """The read roof of this machine (catalog.read_roof_gb_s), measured once per process; None if it cannot be."""
-    try:
-        return catalog.read_roof_gb_s(threads)
-    except (MemoryError, ValueError, ImportError):
-        return None
+_ROOF: dict = {}  # threads -> (GB/s or None, "HH:MM:SS" when measured): this process's last measurement
+NEEDS_KEY = "needs_open"  # the "What each model needs here" expander's open state (its widget key)
+
+
+def read_roof(threads: int, *, again: bool = False) -> tuple[float | None, str]:
+    """The read roof of this machine (catalog.read_roof_gb_s) and the time it was measured: the last measurement of
+    this process, or a new one (the first time, or again: when the table opens, since a figure taken while the
+    machine was busy understates it). None when it cannot be measured."""
+    if again or threads not in _ROOF:
+        try:
+            gb_s = catalog.read_roof_gb_s(threads)
+        except (MemoryError, ValueError, ImportError):
+            gb_s = None
+        _ROOF[threads] = (gb_s, time.strftime("%H:%M:%S"))
+    return _ROOF[threads]
+
+
+def _measure_again() -> None:
+    if st.session_state.get(NEEDS_KEY):  # opened (not closed)
+        read_roof(_threads(), again=True)
 
 
 def _threads() -> int:
     return int(st.session_state.get("threads") or 0) or (os.cpu_count() or 1)
 
 
-def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
+def catalog_table(roof_gb_s: float | None, free: int | None = None, measured_at: str = "") -> str:
     """Markdown: every model the picker knows by name, with what it needs on this computer (one line each: the
-    sidebar is too narrow for a table); free: the memory free now (catalog.available_ram() when not given)."""
+    sidebar is too narrow for a table); free: the memory free now (catalog.available_ram() when not given);
+    measured_at: when the read roof was measured ("HH:MM:SS")."""
     free = catalog.available_ram() if free is None else free
     rows, warned = [], False
     for e in catalog.ENTRIES.values():
@@ -42,8 +58,10 @@ def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
         speed = f" · ≤ {n.expected_tok_s:.0f} tok/s" if n.expected_tok_s else ""
         base = " (base model)" if not e.chat else ""
         rows.append(f"- **{e.repo}**{base}: {format_bytes(n.download_bytes)} download · {mem}{speed}")
+    when = f"measured at {measured_at}, when this list was opened" if measured_at else "measured now"
     note = (f"Speeds are ceilings: the bytes each token reads against this computer's read roof, "
-            f"{roof_gb_s:.0f} GB/s measured now; the engine reaches about 70-80% of it." if roof_gb_s else
+            f"{roof_gb_s:.0f} GB/s ({when}; a busy computer reads slower); the engine reaches about 70-80% of it."
+            if roof_gb_s else
             "The read roof could not be measured, so no speeds are shown.")
     warn = f" ⚠: more than the {format_bytes(free)} of memory free now." if warned else ""  # only with a ⚠ row
     return "\n".join(rows) + "\n\n" + note + warn
@@ -51,9 +69,9 @@ def catalog_table(roof_gb_s: float | None, free: int | None = None) -> str:
 
 def model_picker(busy: bool):
     """The model choice (drawn before loading, so a failed load can still be switched): known models with their
-    download size, and, when the bundled demo model runs in place of the chosen Hub model (out of reach, found by an
-    earlier run), the demo model named as the choice shown. Returns (the chosen Source or None, a placeholder under
-    the picker for describe_running, whether the picker names the demo model standing in)."""
+    download size, and, when the demo model runs in place of the chosen Hub model (out of reach, found by an earlier
+    run), that choice shown as not downloaded. Returns (the chosen Source or None, a placeholder under the picker for
+    describe_running, whether the picker shows the demo model standing in)."""
     ss = st.session_state
     with st.sidebar:
         st.markdown("## BitNet chat")
@@ -63,12 +81,15 @@ def model_picker(busy: bool):
             state.put("model_choice", model_choices.default_choice() if model_choices.default_choice() in options
                       else options[0])
         chosen = ss.model_choice
-        stand_in = chosen != model_choices.CUSTOM_LABEL and \
-            loading.demo_stands_in(model_choices.resolve(chosen)) is not None
+        stand_in = loading.demo_stands_in(model_choices.resolve(chosen, ss.get("custom_source") or "")) is not None
         label = st.selectbox("Model", options, key="model_choice", disabled=busy,
-                             format_func=lambda o: model_choices.picker_label(o, chosen if stand_in else None),
+                             format_func=lambda o: model_choices.picker_label(
+                                 o, not_downloaded=stand_in and o == chosen and o != model_choices.CUSTOM_LABEL),
                              help="A Hugging Face repo (downloaded and converted once; its download size shown), "
-                                  "the bundled demo model, or a checkpoint folder on this computer.")
+                                  f"the {model_choices.DEMO_LABEL} (bundled, runs offline), or a checkpoint folder "
+                                  "on this computer.")
+        if ss.pop(model_choices.OPEN_PICKER, False):
+            page_script.open_model_picker()
         about = st.empty()  # filled once the model runs: the chosen one, or the demo model standing in for it
         custom = ""
         if label == model_choices.CUSTOM_LABEL:
@@ -78,19 +99,22 @@ def model_picker(busy: bool):
                                         "config.json, tokenizer.json and *.safetensors.")
         cores = max(1, os.cpu_count() or 1)
         st.selectbox("CPU threads", list(range(cores + 1)), key="threads", disabled=busy,
-                     format_func=lambda t: f"auto (all {cores} cores)" if t == 0 else str(t),
-                     help="Threads for the engine; auto uses every core. Changing it reloads the model.")
+                     format_func=lambda t: f"auto (all {cores} cores; 1 for a small model)" if t == 0 else str(t),
+                     help="Threads for the engine; auto uses every core, and one for a model of a few MB (the demo "
+                          "model), whose steps are too short to share: its speed figures hold better on one. "
+                          "Changing it reloads the model.")
         st.selectbox("KV cache", ["f16", "i8"], key="kv_cache", disabled=busy,
                      format_func=lambda kv: {"f16": "fp16", "i8": "int8 (half the memory)"}[kv],
                      help="How the engine keeps the conversation's keys and values: fp16, or int8 with a scale "
                           "per head and position (half the bytes: faster deep into a long conversation, logits "
                           "within ~1% of fp16's). Changing it reloads the model.")
         source = model_choices.resolve(label, custom)
-        roof = read_roof(_threads())
-        if source is not None:
-            about.caption(model_choices.describe(source, roof))  # until a model runs (describe_running)
-        with st.expander("What each model needs here", icon=":material/speed:"):
-            st.markdown(catalog_table(roof))
+        if source is not None:  # until a model runs (describe_running)
+            about.caption(model_choices.describe(source, read_roof(_threads())[0]))
+        with st.expander("What each model needs here", icon=":material/speed:", key=NEEDS_KEY,
+                         on_change=_measure_again):
+            roof, measured_at = read_roof(_threads())
+            st.markdown(catalog_table(roof, measured_at=measured_at))
         return source, about, stand_in
 
 
@@ -98,10 +122,9 @@ def describe_running(about, running, wanted, model) -> None:
     """Under the picker: the model that is actually running (`running`, a Source), and when the demo model
     stands in for the chosen one, which (`wanted`, a Source, else None)."""
     params = _count(int(model.info()["parameters"]))
-    name = "the bundled demo model" if running.label == model_choices.DEMO_LABEL else f"**{running.label}**"
-    lines = [f"Running {name} · {params} parameters", model_choices.describe(running, read_roof(_threads()))]
+    lines = [f"Running **{running.label}** · {params} parameters", model_choices.describe(running, read_roof(_threads())[0])]
     if wanted is not None:
-        lines.insert(1, f"(instead of {wanted.label}, which could not be downloaded)")
+        lines.insert(0, f"{wanted.label} is not downloaded: the {model_choices.DEMO_LABEL} runs instead.")
     about.caption("  \n".join(lines))
 
 
@@ -113,8 +136,11 @@ def settings(model, busy: bool) -> None:
     """The decode settings: every knob that params.py places on the sidebar, section by section."""
     ss = st.session_state
     limits = {"max_new_tokens": dict(high=max(1, model.context_length - 1))}  # what only the model knows
+    notes = fit_settings(model)
     with st.sidebar:
         st.divider()
+        for note in notes.values():
+            st.toast(note, icon=":material/tune:")
         for name in sidebar_knobs("top"):
             _knob(name, busy, **limits.get(name, {}))
         st.toggle("Slow motion", key="slow_motion", disabled=busy,
@@ -133,6 +159,8 @@ def settings(model, busy: bool) -> None:
             with st.expander(title, expanded=section == "sampling" or ss.mode == section, icon=icon):
                 for name in sidebar_knobs(section):
                     _knob(name, busy, **limits.get(name, {}), **_follows(name, model))
+                    if name in notes:
+                        st.info(notes[name], icon=":material/tune:")
         if model.completion:
             st.info("This is a base model with no chat template: it runs as **completion**. It continues the "
                     "text you write rather than answering it, so start the text you want it to go on with.",
@@ -149,14 +177,52 @@ def _follows(name: str, model) -> dict:
     (params.default_threshold: the exact rule drafts lower than the threshold rule keeps)."""
     if name != "fill_rule":
         return {}
-    suggested = model.diffusion_defaults["threshold"]
-    return {"on_change": lambda: state.put("threshold", default_threshold(st.session_state.fill_rule, suggested))}
+    return {"on_change": lambda: state.put("threshold", default_threshold(st.session_state.fill_rule,
+                                                                          model.diffusion_defaults["threshold"]))}
+
+
+def _options(name: str) -> tuple:
+    meta = KNOBS[name].metadata
+    return tuple(meta["ui"].get("options") or meta["choices"])
+
+
+def _shown(name: str, value) -> str:
+    labels = KNOBS[name].metadata["ui"].get("labels") or {}
+    return str(labels.get(value, value))
+
+
+def fit_settings(model) -> dict[str, str]:
+    """Before any widget is drawn: each choice that does not go with the others (params.problem, e.g. the exact fill
+    rule under block attention, a sub-block larger than the block) is replaced by the nearest one that does, in the
+    sidebar's order, and what follows it follows too (the threshold of a new fill rule). Returns knob -> the
+    sentence that says what changed and why, drawn under its widget. Adjusting here, not while drawing, keeps every widget's value fixed once it is
+    drawn (Streamlit refuses a change to a widget already on the page)."""
+    ss = st.session_state
+    notes = {}
+    for name in state.SETTING_KNOBS:
+        options = _options(name)
+        value = ss.get(name)
+        if not options or value not in options:
+            continue
+        values = {n: ss.get(n) for n in KNOBS}
+        why = problem(name, value, values)
+        allowed = [o for o in options if not problem(name, o, values)]
+        if not why or not allowed:
+            continue
+        new = min(allowed, key=lambda o: abs(o - value)) if isinstance(value, int) else allowed[0]
+        state.put(name, new)
+        if name == "fill_rule":
+            state.put("threshold", default_threshold(new, model.diffusion_defaults["threshold"]))
+        label = KNOBS[name].metadata["label"]
+        notes[name] = (f"{label} is now {_shown(name, new)}: {_shown(name, value)} does not go with the other "
+                       f"settings ({why})")
+    return notes
 
 
 def _knob(name: str, busy: bool, on_change=None, **ui) -> None:
     """The widget of one decode knob, from its DecodeParams metadata (label, help, range; `ui` overrides
     the widget hints, e.g. a model-dependent maximum). A choice that does not go with the other settings
-    (params.problem) is not offered; when it was the current one, the nearest allowed one takes its place."""
+    (params.problem) is not offered, and a caption says which and why."""
     meta = KNOBS[name].metadata
     ui = {**meta["ui"], **ui}
     common = dict(key=name, disabled=busy, help=meta["help"], on_change=on_change)
@@ -167,21 +233,18 @@ def _knob(name: str, busy: bool, on_change=None, **ui) -> None:
         st.number_input(meta["label"], min_value=meta["low"], max_value=ui.get("high"), step=ui["step"],
                         placeholder=ui.get("placeholder"), **common)
     else:
-        options = ui.get("options") or meta["choices"]
+        options = _options(name)
         settings = {n: st.session_state.get(n) for n in KNOBS}
         why_not = {o: problem(name, o, settings) for o in options}
-        allowed = [o for o in options if not why_not[o]]
-        if st.session_state.get(name) in options and st.session_state.get(name) not in allowed and allowed:
-            state.put(name, allowed[-1])
-            if on_change:  # what follows this setting follows the forced change too
-                on_change()
+        allowed = [o for o in options if not why_not[o]]  # fit_settings made the current value one of these
         labels = ui.get("labels") or {}
         draw = st.radio if widget == "radio" else st.selectbox
         draw(meta["label"], allowed, format_func=lambda o: labels.get(o, str(o)), **common,
              **({"horizontal": True} if widget == "radio" else {}))
-        for o in options:
-            if why_not[o] and isinstance(o, str):
-                st.caption(f"{labels.get(o, o)}: {why_not[o]}")
+        left_out = [o for o in options if why_not[o]]
+        if left_out:  # said once, with the reason of the first (they share it)
+            st.caption(f"Not offered with these settings: {', '.join(_shown(name, o) for o in left_out)} "
+                       f"({why_not[left_out[0]]})")
 
 
 def chat_actions(model, model_label: str, busy: bool) -> None:

@@ -44,7 +44,8 @@ SETTINGS = {
     "view": "Chat",
     "system_prompt": DEFAULT_SYSTEM_PROMPT,
     "slow_motion": False,     # replies drawn at a watchable pace (small models are faster than the eye)
-    "slow_motion_rate": 8,    # ... in steps per second (a token in AR, a pass filling slots in diffusion)
+    "slow_motion_rate": 4,    # ... in steps per second (a token in AR, a pass filling slots in diffusion): an audience
+                              # reads along: the demo model's 8 times table is 15 steps (4 s) in diffusion, 109 in AR
     **{name: KNOBS[name].default for name in SETTING_KNOBS},  # None: the checkpoint's, set by seed_from_model
 }
 SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values

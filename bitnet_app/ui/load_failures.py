@@ -1,14 +1,14 @@
-"""When a model cannot be opened: what happened, in words, and what to do next.
+"""Load failures: when a model cannot be opened, what happened, in words, and what to do next.
 
 show_failure: a page of its own (no model). show_fallback: the notice above the chat when the chosen Hub
-model could not be downloaded for want of a network and the bundled demo model was opened instead.
+model could not be downloaded for want of a network and the demo model was opened instead.
 """
 import time
 
 import streamlit as st
 
 from . import jobs
-from .model_choices import CUSTOM_LABEL, DEMO_LABEL, demo_available
+from .model_choices import DEMO_LABEL, OPEN_PICKER, demo_available
 
 RETRIED = "retried"  # session-state key: {"label": the model retried, "at": "HH:MM:SS"} after a Retry button
 
@@ -42,8 +42,8 @@ def _retry_note(label: str, outcome: str) -> None:
 
 
 def _pick_another():
-    st.session_state.model_choice = CUSTOM_LABEL
-    jobs.forget_failed()
+    """Open the model picker's list (the next run does, see model_choices.OPEN_PICKER)."""
+    st.session_state[OPEN_PICKER] = True
 
 
 def _use_folder():
@@ -64,13 +64,16 @@ def show_failure(failure, source_label: str) -> None:
     cols = st.columns(3)
     offer_demo = demo_available() and source_label != DEMO_LABEL
     with cols[0]:
-        st.button("Use the bundled demo model", on_click=_use_demo, disabled=not offer_demo, type="primary",
+        st.button(f"Use the {DEMO_LABEL}", on_click=_use_demo, disabled=not offer_demo, type="primary",
                   icon=":material/offline_bolt:", width="stretch", key="err_demo",
                   help="A tiny model that ships with the app and needs no network." if offer_demo
                   else "The demo model is not bundled with this copy of the app.")
     with cols[1]:
-        st.button("Retry", on_click=_retry, args=(source_label,), icon=":material/refresh:", width="stretch",
-                  key="err_retry", help="Try again, for example after reconnecting or freeing disk space.")
+        if kind == "offline":
+            st.caption(OFFLINE_WAY_OUT)
+        else:
+            st.button("Retry", on_click=_retry, args=(source_label,), icon=":material/refresh:", width="stretch",
+                      key="err_retry", help="Try again, for example after reconnecting or freeing disk space.")
     with cols[2]:
         st.text_input("Or open a checkpoint folder on this computer", key="error_folder",
                       placeholder="/path/to/checkpoint", on_change=_use_folder,
@@ -83,6 +86,9 @@ def show_failure(failure, source_label: str) -> None:
     st.stop()
 
 
+OFFLINE_WAY_OUT = ("Offline mode is on (HF_HUB_OFFLINE=1), so a retry cannot download: start the app without it "
+                   "to download this model.")
+
 FALLBACK_REASONS = {
     "offline": "offline mode is on (HF_HUB_OFFLINE) and it is not on this computer yet",
     "network": "the Hugging Face Hub cannot be reached (no network connection, or the Hub is down)",
@@ -94,17 +100,20 @@ def show_fallback(failure, wanted_label: str, busy: bool) -> None:
     drawn disabled while a reply streams)."""
     reason = FALLBACK_REASONS.get(failure.kind, FALLBACK_REASONS["network"])
     with st.container(border=True, key="fallback_notice"):
-        st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The bundled demo model is shown "
-                   f"instead (the sidebar says what it is).", icon=":material/cloud_off:")
+        st.warning(f"**{wanted_label} could not be downloaded:** {reason}. The {DEMO_LABEL} runs instead (the "
+                   f"sidebar says what it is).", icon=":material/cloud_off:")
         _retry_note(wanted_label, "still out of reach, so the demo model stays.")
         row = st.container(horizontal=True, vertical_alignment="center")
-        row.button("Retry the download", on_click=_retry, args=(wanted_label,), icon=":material/refresh:",
-                   key="fallback_retry",
-                   disabled=busy, help=f"Try to download {wanted_label} again, for example after reconnecting.")
-        row.button("Keep the demo model", on_click=_use_demo, icon=":material/offline_bolt:", key="fallback_keep",
+        if failure.kind != "offline":  # offline mode is a setting of this process: a retry cannot succeed
+            row.button("Retry the download", on_click=_retry, args=(wanted_label,), icon=":material/refresh:",
+                       key="fallback_retry",
+                       disabled=busy, help=f"Try to download {wanted_label} again, for example after reconnecting.")
+        row.button(f"Keep the {DEMO_LABEL}", on_click=_use_demo, icon=":material/offline_bolt:", key="fallback_keep",
                    disabled=busy, help="Choose the demo model in the picker, and hide this notice.")
         row.button("Pick another model", on_click=_pick_another, icon=":material/swap_horiz:", key="fallback_other",
-                   disabled=busy, help="Type another Hub repo id, or a checkpoint folder on this computer, in the "
-                                       "sidebar.")
+                   disabled=busy, help="Open the model list in the sidebar: a model already on this computer, or "
+                                       "another Hub repo id or checkpoint folder.")
+        if failure.kind == "offline":
+            row.caption(OFFLINE_WAY_OUT)
         with row.popover("Details", icon=":material/info:"):
             st.caption(str(failure))
