@@ -95,7 +95,7 @@ struct bn_engine {
     int kv;                        /* the KV cache's elements: enum bn_kv (float32, IEEE half, int8) */
     float *k_scale, *v_scale;      /* int8 cache: (L, G, C) each row's scale (absmax / 127), else NULL */
     void *k_cache, *v_cache;       /* (L, G, C, hd) of kv's type: each head's rows contiguous, so an attention
-                                      item streams them (with (L, C, G*hd) it read 1 row in G: ~2x slower at 4k) */
+                                      item streams them (not 1 row in G) */
     float *rope_cos, *rope_sin;    /* (C, hd/2) */
     /* scratch, sized for cap_t tokens and cap_rows logit rows (grown, never shrunk) */
     int cap_t, cap_rows;

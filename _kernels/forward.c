@@ -78,11 +78,6 @@ static void quant_row(bn_engine *e, const float *x, int n, int kp, int t, int ru
     e->xinv[t] = 1.0f / scale;
 }
 
-/* out = silu(g) * u = g / (1 + e^-g) * u, the reference of the kernel table's optional silu_mul */
-static void silu_mul_ref(const float *g, const float *u, float *out, int n) {
-    for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
 /* x (hd) rotated in place at position pos: pairs (i, i + hd/2) */
 static void rope(const bn_engine *e, float *x, int pos) {
     const int half = e->m.head_dim / 2;
@@ -158,7 +153,7 @@ void bn_token_stage(bn_engine *e, int l, layer_stage s, int t) {
             break;
         case STAGE_FFN_SUB: {
             float *g = e->gu + (size_t)t * e->gu_np; /* [gate (I) | up (I)] */
-            if (m->act == BN_ACT_SILU) (e->k->silu_mul ? e->k->silu_mul : silu_mul_ref)(g, g + I, g, I);
+            if (m->act == BN_ACT_SILU) (e->k->silu_mul ? e->k->silu_mul : bn_fallback_silu_mul)(g, g + I, g, I);
             else e->k->relu2_mul(g, g + I, g, I);
             if (ly->ffn_sub_norm) norm_quant_row(e, g, ly->ffn_sub_norm, I, e->ip, t, run);
             else quant_row(e, g, I, e->ip, t, run);
@@ -170,59 +165,6 @@ void bn_token_stage(bn_engine *e, int l, layer_stage s, int t) {
 }
 
 /* ---------------------------------------------------------------- attention */
-
-static size_t kv_elem_bytes(int kv) { return kv == BN_KV_F16 ? 2 : kv == BN_KV_I8 ? 1 : 4; }
-
-/* The generic attention of one GQA group (the reference, and the path of kernel tables without `attend`):
- * scores = q . k * scale, softmax (exp, divide), out = sum of score * v, through the table's vector ops. */
-static float dot_i8(const float *a, const int8_t *q, int n) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++) acc += a[i] * (float)q[i];
-    return acc;
-}
-
-static void attend_generic(const bn_kernels *k, const float *q, int nq, int hd, const void *kc, const void *vc,
-                           size_t ld, int kv, const float *ks, const float *vs, int n_keys, int c0, int c1,
-                           float scale, float *sc, float *out) {
-    const float *kf = kc, *vf = vc;
-    const uint16_t *kh = kc, *vh = vc;
-    const int8_t *k8 = kc, *v8 = vc;
-    for (int s = 0; s < n_keys; s++)
-        for (int h = 0; h < nq; h++)
-            sc[(size_t)h * n_keys + s] =
-                kv == BN_KV_F16 ? k->dot_f16(q + h * hd, kh + s * ld, hd) * scale
-                : kv == BN_KV_I8 ? dot_i8(q + h * hd, k8 + s * ld, hd) * scale * ks[s]
-                                 : k->dot(q + h * hd, kf + s * ld, hd) * scale;
-    for (int h = 0; h < nq; h++) { /* softmax per head, in place */
-        float *row = sc + (size_t)h * n_keys, mx = -INFINITY, sum = 0.0f;
-        for (int s = 0; s < n_keys; s++) mx = row[s] > mx ? row[s] : mx;
-        for (int s = 0; s < n_keys; s++) { row[s] = expf(row[s] - mx); sum += row[s]; }
-        for (int s = 0; s < n_keys; s++) row[s] /= sum; /* divide, as softmax does */
-    }
-    for (int h = 0; h < nq; h++) memset(out + h * hd + c0, 0, sizeof(float) * (size_t)(c1 - c0));
-    for (int s = 0; s < n_keys; s++) /* the values' columns [c0, c1) */
-        for (int h = 0; h < nq; h++) {
-            const float p = sc[(size_t)h * n_keys + s];
-            if (kv == BN_KV_F16) {
-                k->axpy_f16(p, vh + s * ld + c0, out + h * hd + c0, c1 - c0);
-            } else if (kv == BN_KV_I8) {
-                const float pv = p * vs[s];
-                for (int i = c0; i < c1; i++) out[h * hd + i] += pv * (float)v8[s * ld + i];
-            } else {
-                k->axpy(p, vf + s * ld + c0, out + h * hd + c0, c1 - c0);
-            }
-        }
-}
-
-/* The generic multi-row attention (the reference, and the path of kernel tables without attend_rows): the same
- * item as attend_rows (kernels.h), one row at a time through attend_generic. */
-static void attend_rows_generic(const bn_kernels *k, const float *q, size_t ldq, int nr, int nq, int hd, const void *kc,
-                                const void *vc, size_t ld, int kv, const float *ks, const float *vs, const int *ends,
-                                int c0, int c1, float scale, float *sc, float *out, size_t ldo) {
-    for (int r = 0; r < nr; r++)
-        attend_generic(k, q + (size_t)r * ldq, nq, hd, kc, vc, ld, kv, ks, vs, ends[r], c0, c1, scale, sc,
-                       out + (size_t)r * ldo);
-}
 
 /* The attention of tokens [t0, t0 + nr) (nr <= ATTN_MAX_ROWS) for kv head g: all the query heads of each token's
  * group that share K/V head g, together, so each cached K and V row is read (and converted from fp16) once per tile
@@ -253,7 +195,7 @@ void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int c0, int c
         ends[r] = end < e->fa.kv_end ? end : e->fa.kv_end;
     }
     const size_t head_row = ((size_t)l * G + g) * e->ctx; /* layer l, head g, position 0 */
-    const size_t off = head_row * hd * kv_elem_bytes(e->kv);
+    const size_t off = head_row * hd * bn_kv_elem_bytes(e->kv);
     const void *kc = (const char *)e->k_cache + off, *vc = (const char *)e->v_cache + off;
     const float *ks = e->k_scale ? e->k_scale + head_row : NULL, *vs = e->v_scale ? e->v_scale + head_row : NULL;
     float *out = e->att + (size_t)t0 * m->dim + head0;
@@ -261,8 +203,8 @@ void bn_attention_tile(bn_engine *e, int l, int t0, int nr, int g, int c0, int c
     const float scale = 1.0f / sqrtf((float)hd);
     if (!e->k->attend_rows || !e->k->attend_rows(q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, c0, c1,
                                                  scale, sc, out, (size_t)m->dim))
-        attend_rows_generic(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, c0, c1, scale, sc, out,
-                            (size_t)m->dim);
+        bn_fallback_attend_rows(e->k, q, ldq, nr, group, hd, kc, vc, (size_t)hd, e->kv, ks, vs, ends, c0, c1, scale, sc,
+                                out, (size_t)m->dim);
 }
 
 /* ---------------------------------------------------------------- matrix stages */
@@ -399,10 +341,9 @@ bn_engine *bn_engine_create(const bn_model *m, int exact_head, int kv, int n_thr
     e->vp = ROUND16(m->vocab);
     e->xn_ld = e->dp > e->ip ? e->dp : e->ip;
     const size_t rows = (size_t)m->n_layers * ctx * m->n_kv_heads;
-    /* calloc: untouched pages cost no memory, so the cache's memory grows with the context. (On transparent huge
-     * pages, taken 2 MB at a time, the attention of a 2B-4T token at 4,000 positions was only ~4% faster.) */
-    e->k_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv));
-    e->v_cache = calloc(rows * m->head_dim, kv_elem_bytes(kv));
+    /* calloc: untouched pages cost no memory, so the cache's memory grows with the context */
+    e->k_cache = calloc(rows * m->head_dim, bn_kv_elem_bytes(kv));
+    e->v_cache = calloc(rows * m->head_dim, bn_kv_elem_bytes(kv));
     if (kv == BN_KV_I8) {
         e->k_scale = calloc(rows, sizeof(float));
         e->v_scale = calloc(rows, sizeof(float));

@@ -1,20 +1,15 @@
 /* The scheduler of one forward: its stage list (plan) and the run of the stages on the engine's threads. The work of
- * each item is forward.c's (the layer maths); this file decides which items there are and who runs them.
+ * each item is layer.c's (the layer maths); this file decides which items there are and who runs them.
  *
- * A forward is a fixed list of stages (10 per layer, 2 for the head), each split into items (runs of tokens,
- * row tiles of a matrix or, for a small model's batch, runs of tokens through the whole matrix (token_split),
- * (tile of tokens, kv head) pairs). The items of a stage are cut into one contiguous range
- * per thread, each with its own atomic counter: a thread takes the items of its own range first, then those left
- * in the others' ranges; one that finds no item left waits until the stage's items are all done, then goes on to
- * the next stage. Owning a range keeps the same weight tiles and the same tokens on the same core from one stage
- * and one forward to the next, in its caches (taking items from one shared counter moved them between the cores
- * at random: on a Zen 4 VM a small model's 8-row forward ran 1.8x slower on 2 threads than on 1). Stages with
- * enough work are shared: each run of consecutive shared stages is ONE job of the pool (pool.h), so a batch of
- * tokens on a small model costs one job per forward, not one per operation; when such a batch is split by tokens,
- * the token-local stages between two attentions are folded into one (fold_chains), so its threads wait for each
- * other twice per layer. Small stages (a single token's norms, a small model's matrices at decode) stay on the
- * calling thread. Workers that join a job late skip the
- * finished stages; a worker the OS has not scheduled never holds anyone up (it has taken no item).
+ * A forward is a fixed list of stages (10 per layer, 2 for the head), each split into items: runs of tokens, row
+ * tiles of a matrix (or, for a small model's batch, runs of tokens through the whole matrix: token_split), or
+ * (tile of tokens, kv head) pairs. The items of a stage are cut into one contiguous range per thread, each with its
+ * own atomic counter: a thread takes its own range first, then what is left of the others'; one that finds no item
+ * left waits until the stage is done. Owning a range keeps the same weight tiles and tokens on the same core from
+ * one stage and one forward to the next, in its caches. Each run of consecutive shared stages is ONE job of the pool
+ * (pool.h); a token-split batch folds the token-local stages between two attentions into one (fold_chains). Small
+ * stages stay on the calling thread. A worker that joins late skips the finished stages; one the OS has not
+ * scheduled holds nobody up (it has taken no item).
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -67,13 +62,11 @@ static int part_of_stage(const bn_engine *e, int s) {
 
 /* ---------------------------------------------------------------- the stage list of one forward */
 
-/* Below these amounts of work a stage runs on the calling thread alone: sharing it would gain less than the
- * hand-over costs, and a worker that joined and was then descheduled by a busy OS stalls the caller for up to a
- * time slice (so the fewer stages a small forward shares, the steadier it runs). */
+/* Below these amounts of work a stage runs on the calling thread alone: sharing would gain less than the hand-over
+ * costs, and a worker descheduled by a busy OS would stall the caller for up to a time slice. */
 #define SHARE_MIN_TOKENS 4         /* per-token stages: batch rows */
-/* A shared per-token stage hands out runs of tokens, about TOKEN_ITEMS_PER_THREAD runs per thread: one token's
- * norm or RoPE on a small model is ~0.1 µs, less than taking an item from the shared counter costs when two
- * cores take turns at its cache line. */
+/* A shared per-token stage hands out runs of tokens, about TOKEN_ITEMS_PER_THREAD per thread: one token's norm on a
+ * small model costs less than taking an item from a counter whose cache line two cores take turns at. */
 #define TOKEN_ITEMS_PER_THREAD 4
 #define SHARE_MIN_MACS (256 * 1024) /* matrix stages: multiply-adds */
 #define SHARE_MIN_ATTN (64 * 1024)  /* attention: query rows x visible keys x head size */
@@ -86,22 +79,15 @@ static void set_token_stage(const bn_engine *e, stage *st, int n_tokens) {
 }
 
 /* A small model's batch is split by tokens, not by the rows of each matrix: each thread runs its own tokens
- * through every row of the (cached) weights, so a token's activations stay on one core from stage to stage; split
- * by rows, every stage reads half of each token's inputs from the other core. Used when one layer's matrices fit
- * in a core's L2 several times over (each core then reads all of them) and each thread gets at least a whole
- * block of tokens for the kernels (TOKEN_SPLIT_MIN_TOKENS). Same sums either way, so the same logits. */
-#define TOKEN_SPLIT_MAX_BYTES (256 * 1024) /* ternary bytes of one layer's matrices */
-#define TOKEN_SPLIT_WIDE_BYTES (512 * 1024) /* up to this, batches of at most TOKEN_SPLIT_WIDE_TOKENS split by tokens
-                                               too: the 14.2 M demo model's layers (384 KiB), whose denoising steps
-                                               are 9 rows (Zen 4, ab_builds, 4 rounds: avx512 0.47-0.52 -> 0.43-0.53
-                                               ms, avx2 0.70-0.88 -> 0.66-0.70 ms; 128 rows were 4-7% slower) */
-#define TOKEN_SPLIT_WIDE_TOKENS 32
-#define TOKEN_SPLIT_MIN_TOKENS 2           /* per thread (8 rows on 2 threads: 0.31 -> 0.19 ms avx512, 0.178 -> 0.166
-                                              avx2, with fold_chains; 4-7 rows, split by rows until this was 4: amx
-                                              0.12-0.17 -> 0.095-0.136 ms; 1 token per thread made 2 rows slower) */
-#define TOKEN_SPLIT_BLOCK 4                /* the kernels' block of rows: runs are whole blocks when there are enough */
-#define TOKEN_SPLIT_ITEMS_PER_THREAD 2     /* runs of tokens per thread (when each still has a block): a late worker
-                                              delays by one */
+ * through every row of the (cached) weights, so a token's activations stay on one core from stage to stage. Used
+ * when one layer's matrices fit in a core's L2 several times over and each thread gets at least
+ * TOKEN_SPLIT_MIN_TOKENS. Same sums either way, so the same logits. */
+#define TOKEN_SPLIT_MAX_BYTES (256 * 1024)  /* ternary bytes of one layer's matrices */
+#define TOKEN_SPLIT_WIDE_BYTES (512 * 1024) /* up to this (the demo model's layers), only batches of at most */
+#define TOKEN_SPLIT_WIDE_TOKENS 32          /* this many tokens: a longer batch re-reads the weights from L3 */
+#define TOKEN_SPLIT_MIN_TOKENS 2            /* per thread: one token each leaves the kernels' blocks too small */
+#define TOKEN_SPLIT_BLOCK 4                 /* the kernels' block of rows: runs are whole blocks when there are enough */
+#define TOKEN_SPLIT_ITEMS_PER_THREAD 2      /* runs of tokens per thread (each still a block): a late worker delays by one */
 
 static int token_split(const bn_engine *e, int T) {
     const int n = bn_pool_size(e->pool);
@@ -113,10 +99,8 @@ static int token_split(const bn_engine *e, int T) {
 
 /* Tokens per run of a token_split batch of T: the item of its matrix stages and of its chains (fold_chains,
  * fold_causal). Under causal attention one run per thread, as even as T allows, so that the whole batch can run as
- * one chain per thread (fold_causal: 16 / 24 / 32 rows of the demo model 0.28-0.31 / 0.38-0.40 / 0.44-0.52 ->
- * 0.24-0.26 / 0.34-0.37 / 0.41-0.46 ms on amx, ab_builds). Under block attention runs of whole blocks,
- * TOKEN_SPLIT_ITEMS_PER_THREAD per thread, when every run gets one; else one run per thread (12 tokens on 2
- * threads: 6 + 6, where runs of 4 gave one thread 8 and the other 4). */
+ * one chain per thread (fold_causal). Under block attention runs of whole blocks, TOKEN_SPLIT_ITEMS_PER_THREAD per
+ * thread, when every run gets one; else one run per thread (even shares: 12 tokens on 2 threads are 6 + 6). */
 static int token_run(const bn_engine *e, int T) {
     const int n = bn_pool_size(e->pool), n_items = n * TOKEN_SPLIT_ITEMS_PER_THREAD;
     if (e->fa.block == 0 || T < n_items * TOKEN_SPLIT_BLOCK) return (T + n - 1) / n;
@@ -213,12 +197,10 @@ static void plan_layer_tail(bn_engine *e, int l, int T) {
      * attention); each row's numbers are its own. (No tiles: a forward with no logits.) */
     const int tiles = (T + attn_rows - 1) / attn_rows;
     if (tiles > 0) attn_rows = (T + tiles - 1) / tiles;
-    /* Few units (tile, kv head) that do not share out evenly (a decode token of 2B-4T: 5 KV heads on 2 threads, one
-     * thread idle for a fifth of the stage): the units left over after an equal number each, U % n of them, are
-     * split into one item per thread, each with all the scores but only its part of the value columns (each
-     * column's numbers are its own). A split unit's keys are read and scored once per thread, its values once in
-     * all. Before, every unit was split into halves of its query heads, and each half read all of the head's K/V:
-     * a 2B-4T decode token's attention at 4,000 positions took 16.7-17.2 ms on 2 Zen 4 cores, now 13.1-13.7. */
+    /* Few units (tile, kv head) that do not share out evenly (a decode token of 2B-4T: 5 KV heads on 2 threads): the
+     * U % n units left over after an equal number each are split into one item per thread, each with all the scores
+     * but only its part of the value columns (each column's numbers are its own), so a split unit's values are read
+     * once in all. */
     const int n = bn_pool_size(e->pool), units = tiles * m->n_kv_heads;
     const int split = attn_shared && units % n && units < 8 * n && m->head_dim % 8 == 0 && m->head_dim / 8 >= n
                           ? units % n : 0;
