@@ -35,7 +35,7 @@ ISA_FLAGS = {
 }
 AVXVNNI = "kernels_avxvnni.c"
 AMX = "kernels_amx.c"
-GENERIC = ["forward.c", "schedule.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c",
+GENERIC = ["engine_api.c", "schedule.c", "forward.c", "layer.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c",
            "sample.c", "rows_job.c", "tiles5.c", "thread_buffer.c", "trit5_windows.c", "kernels_fallback.c"]
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")

@@ -62,9 +62,9 @@ typedef struct {
     float (*dot_f16)(const float *a, const uint16_t *h, int n);
     void (*axpy_f16)(float a, const uint16_t *h, float *y, int n); /* y += a * float(h) */
 
-    /* Optional fused steps: NULL in a table means forward.c composes them from the entries above, which
-     * is the reference. */
-    /* One row: q (np bytes) = quant8(rmsnorm(x) * w) exactly as forward.c composes sumsq, norm_apply (into
+    /* Optional fused steps: NULL in a table means layer.c or kernels_fallback.c composes them from the entries above,
+     * which is the reference. */
+    /* One row: q (np bytes) = quant8(rmsnorm(x) * w) exactly as layer.c composes sumsq, norm_apply (into
      * xn, n floats of scratch), absmax and quantize; *xinv = 1 / scale; returns sum(q). */
     int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
     /* Attention of a tile of nr consecutive query rows that share one K/V head. Row r (r < nr) has nq query
@@ -76,11 +76,11 @@ typedef struct {
      * out + r*ldo + h*hd + c, with exactly the numbers the same row would get alone (nr = 1) and with all hd
      * columns: a row's result never depends on the tile or the column range it is in. scratch:
      * BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats, 64-byte aligned.
-     * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
+     * Returns 0 when it does not handle this shape (kernels_fallback.c's loop then runs), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
                        int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
                        float *scratch, float *out, size_t ldo);
-    /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
+    /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: kernels_fallback.c's loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):
      * max_first: the largest of x[0, n) (n >= 1) and *arg its first index (NaN logits: an entry in range);

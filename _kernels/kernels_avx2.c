@@ -103,7 +103,7 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
     _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc1), xi), _mm256_loadu_ps(row_scale + 8)));
 }
 
-#include "tile_walk.h" /* int8_walk: from int8_tile_1 and int8_half above */
+#include "tile_walk.h" /* ternary_walk_1, int8_walk: from the kernels above */
 
 /* ---------------------------------------------------------------- several tokens through whole 16-row tiles
  *
@@ -189,13 +189,11 @@ static inline __attribute__((always_inline)) void ternary_tile_block(const uint8
  * for 1.6-bit tiles. The same int16 runs of the same products: the same y, bit for bit. */
 static void ternary_tiles(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq, const int32_t *xsum,
                           const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16;
     if (T == 1) {
-        for (int tile = n0 / 16; tile < n1 / 16; tile++)
-            ternary_tile_1(codes + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xsum[0], xinv[0],
-                           y + tile * 16);
+        ternary_walk_1(codes, kp, row_scale, xq, xsum, xinv, n0, n1, y);
         return;
     }
+    const int groups = kp / 16;
     uint8_t *buf = T > TILE_TOKENS ? bn_thread_buffer(BN_SCRATCH_CODES, (size_t)groups * 256) : NULL;
     for (int tile = n0 / 16; tile < n1 / 16; tile++) {
         const uint8_t *wt = codes + (size_t)tile * groups * 64;
@@ -453,8 +451,5 @@ static void bf16_matmul(const uint16_t *w, int k, const float *x, int T, int n0,
 const bn_kernels bn_kernels_avx2 = {
     .name = "avx2", .ternary_matmul = ternary_tiles, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5,
     .int8_matmul = int8_walk, .bf16_matmul = bf16_matmul,
-    .dot = bn_avx2_dot, .axpy = bn_avx2_axpy, .sumsq = bn_avx2_sumsq, .absmax = bn_avx2_absmax,
-    .quantize = bn_avx2_quantize, .norm_apply = bn_avx2_norm_apply, .relu2_mul = bn_avx2_relu2_mul, .add = bn_avx2_add,
-    .to_f16 = bn_avx2_to_f16, .dot_f16 = bn_avx2_dot_f16, .axpy_f16 = bn_avx2_axpy_f16,
-    .norm_quant = bn_avx2_norm_quant, BN_X86_SHARED_ENTRIES,
+    BN_VECTOR_ENTRIES(bn_avx2_), BN_X86_SHARED_ENTRIES,
 };

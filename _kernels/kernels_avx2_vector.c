@@ -153,7 +153,7 @@ void bn_avx2_axpy_f16(float a, const uint16_t *h, float *y, int n) {
 
 /* ---------------------------------------------------------------- fused steps (kernels.h's optional entries) */
 
-/* quant8(rmsnorm(x) * w): the operations of forward.c's composition, in the same order (so the same
+/* quant8(rmsnorm(x) * w): the operations of layer.c's composition, in the same order (so the same
  * numbers), with norm_apply and absmax sharing one pass. */
 int32_t bn_avx2_norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
     const float inv = 1.0f / sqrtf(bn_avx2_sumsq(x, n) / (float)n + eps);

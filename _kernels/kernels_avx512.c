@@ -579,9 +579,5 @@ static void bf16_matmul(const uint16_t *w, int k, const float *x, int T, int n0,
 
 const bn_kernels bn_kernels_avx512 = {
     .name = "avx512", .ternary_matmul = ternary_matmul, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5_best,
-    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, .dot = bn_avx512_dot, .axpy = bn_avx512_axpy,
-    .sumsq = bn_avx512_sumsq, .absmax = bn_avx512_absmax, .quantize = bn_avx512_quantize,
-    .norm_apply = bn_avx512_norm_apply, .relu2_mul = bn_avx512_relu2_mul, .add = bn_avx512_add,
-    .to_f16 = bn_avx512_to_f16, .dot_f16 = bn_avx512_dot_f16, .axpy_f16 = bn_avx512_axpy_f16,
-    .norm_quant = bn_avx512_norm_quant, BN_X86_SHARED_ENTRIES,
+    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, BN_VECTOR_ENTRIES(bn_avx512_), BN_X86_SHARED_ENTRIES,
 };

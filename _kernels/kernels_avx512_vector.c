@@ -75,7 +75,7 @@ void bn_avx512_norm_apply(const float *x, float inv, const float *w, float *out,
     }
 }
 
-/* quant8(rmsnorm(x) * w) (kernels.h norm_quant): forward.c's composition of sumsq, norm_apply, absmax and quantize,
+/* quant8(rmsnorm(x) * w) (kernels.h norm_quant): layer.c's composition of sumsq, norm_apply, absmax and quantize,
  * the same operations in the same order (so the same numbers), with norm_apply and absmax in one pass. */
 int32_t bn_avx512_norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
     const float inv = 1.0f / sqrtf(bn_avx512_sumsq(x, n) / (float)n + eps);

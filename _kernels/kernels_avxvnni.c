@@ -146,19 +146,17 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
     }
 }
 
-#include "tile_walk.h" /* int8_walk: from int8_tile_1 and int8_half above */
+#include "tile_walk.h" /* ternary_walk_1, int8_walk: from the kernels above */
 
 /* kernels.h ternary_matmul from ternary_tile_1 (one token) and ternary_half (each half of a tile for each block of
  * tokens) above */
 static void ternary_walk(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                          const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
-    const int groups = kp / 16;
     if (T == 1) {
-        for (int tile = n0 / 16; tile < n1 / 16; tile++)
-            ternary_tile_1(codes + (size_t)tile * groups * 64, groups, xq, row_scale + tile * 16, xsum[0], xinv[0],
-                           y + tile * 16);
+        ternary_walk_1(codes, kp, row_scale, xq, xsum, xinv, n0, n1, y);
         return;
     }
+    const int groups = kp / 16;
     for (int tile = n0 / 16; tile < n1 / 16; tile++)
         for (int half = 0; half < 2; half++) {
             const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;

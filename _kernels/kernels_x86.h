@@ -140,35 +140,30 @@ static inline __attribute__((always_inline)) void store_half_rows(const __m256i 
 
 /* ---------------------------------------------------------------- entries shared between tables */
 
-/* kernels_avx2_vector.c (kernels.h's entries of the same names) */
-float bn_avx2_dot(const float *a, const float *b, int n);
-void bn_avx2_axpy(float a, const float *x, float *y, int n);
-float bn_avx2_sumsq(const float *x, int n);
-float bn_avx2_absmax(const float *x, int n);
-int32_t bn_avx2_quantize(const float *x, int n, int np, float scale, int8_t *q);
-void bn_avx2_norm_apply(const float *x, float inv, const float *w, float *out, int n);
-void bn_avx2_relu2_mul(const float *g, const float *u, float *out, int n);
-void bn_avx2_add(float *y, const float *x, int n);
-void bn_avx2_to_f16(const float *x, uint16_t *h, int n);
-float bn_avx2_dot_f16(const float *a, const uint16_t *h, int n);
-void bn_avx2_axpy_f16(float a, const uint16_t *h, float *y, int n);
-int32_t bn_avx2_norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
-void bn_avx2_silu_mul(const float *g, const float *u, float *out, int n);
+/* The elementwise entries of one instruction set's vector file, named P##entry (kernels.h's entries of the same
+ * names): their declarations, and their designated initializers for a table */
+#define BN_DECLARE_VECTOR_OPS(P)                                                                                 \
+    float P##dot(const float *a, const float *b, int n);                                                        \
+    void P##axpy(float a, const float *x, float *y, int n);                                                     \
+    float P##sumsq(const float *x, int n);                                                                      \
+    float P##absmax(const float *x, int n);                                                                     \
+    int32_t P##quantize(const float *x, int n, int np, float scale, int8_t *q);                                 \
+    void P##norm_apply(const float *x, float inv, const float *w, float *out, int n);                           \
+    void P##relu2_mul(const float *g, const float *u, float *out, int n);                                       \
+    void P##add(float *y, const float *x, int n);                                                               \
+    void P##to_f16(const float *x, uint16_t *h, int n);                                                         \
+    float P##dot_f16(const float *a, const uint16_t *h, int n);                                                 \
+    void P##axpy_f16(float a, const uint16_t *h, float *y, int n);                                              \
+    int32_t P##norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
+#define BN_VECTOR_ENTRIES(P)                                                                                     \
+    .dot = P##dot, .axpy = P##axpy, .sumsq = P##sumsq, .absmax = P##absmax, .quantize = P##quantize,            \
+    .norm_apply = P##norm_apply, .relu2_mul = P##relu2_mul, .add = P##add, .to_f16 = P##to_f16,                 \
+    .dot_f16 = P##dot_f16, .axpy_f16 = P##axpy_f16, .norm_quant = P##norm_quant
 
-/* kernels_avx512_vector.c */
-float bn_avx512_dot(const float *a, const float *b, int n);
-void bn_avx512_axpy(float a, const float *x, float *y, int n);
-float bn_avx512_sumsq(const float *x, int n);
-float bn_avx512_absmax(const float *x, int n);
-int32_t bn_avx512_quantize(const float *x, int n, int np, float scale, int8_t *q);
-void bn_avx512_norm_apply(const float *x, float inv, const float *w, float *out, int n);
-void bn_avx512_relu2_mul(const float *g, const float *u, float *out, int n);
-void bn_avx512_add(float *y, const float *x, int n);
-void bn_avx512_to_f16(const float *x, uint16_t *h, int n);
-float bn_avx512_dot_f16(const float *a, const uint16_t *h, int n);
-void bn_avx512_axpy_f16(float a, const uint16_t *h, float *y, int n);
-int32_t bn_avx512_norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q,
-                             float *xinv);
+BN_DECLARE_VECTOR_OPS(bn_avx2_)   /* kernels_avx2_vector.c */
+BN_DECLARE_VECTOR_OPS(bn_avx512_) /* kernels_avx512_vector.c */
+/* kernels_avx2_vector.c: kernels.h silu_mul (every x86 table's) */
+void bn_avx2_silu_mul(const float *g, const float *u, float *out, int n);
 
 /* kernels_x86_attention.c: kernels.h attend_rows (AVX2, head sizes a multiple of 8) */
 int bn_x86_attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,

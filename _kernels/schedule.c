@@ -11,10 +11,12 @@
  * stages stay on the calling thread. A worker that joins late skips the finished stages; one the OS has not
  * scheduled holds nobody up (it has taken no item).
  */
+#include <stdalign.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "engine_state.h"
+#include "layer.h"
 
 /* A matrix product runs over the batch in slices of at most MATMUL_SLICE tokens, so a slice's activations
  * (at most 32 x Kp bytes, 221 KB for the 2B model's down_proj) stay in L2 while the weight tiles stream past. */
@@ -25,6 +27,68 @@
 /* An attention stage takes fewer than ATTN_MAX_ROWS tokens per item when that leaves fewer than
  * ATTN_ITEMS_PER_THREAD items per thread. */
 #define ATTN_ITEMS_PER_THREAD 2
+
+/* KIND_CHAIN (token_split batches): the token-local stages from this one up to the next attention, run one after
+ * the other on one run of tokens per item; the stages it stands for are `folded` (fold_chains). */
+typedef enum { KIND_TOKENS, KIND_MATRIX, KIND_ATTENTION, KIND_CHAIN } stage_kind;
+
+/* One stage of the running forward: its items and the count of those done (its own cache line; the counters of
+ * the threads' ranges are in bn_schedule.take). */
+typedef struct {
+    alignas(64) atomic_int done; /* items finished */
+    int n_items;
+    int shared;                  /* 1: worth sharing between threads, 0: the caller runs it */
+    stage_kind kind;
+    bn_matrix mat;               /* KIND_MATRIX: the product (layer.h) */
+    int T;                       /* input rows: the batch, or the logit rows for the head stages */
+    int chunk, chunks_per_slice; /* KIND_MATRIX: row units per item, items per token slice */
+    int slice_tokens;            /* KIND_MATRIX: tokens per slice (MATMUL_SLICE, or a thread's run: token_split) */
+    int tokens_per_item;         /* KIND_TOKENS, KIND_ATTENTION, KIND_CHAIN: consecutive tokens (or logit rows) per item */
+    int split_units;             /* KIND_ATTENTION: 0, or how many (tile, kv head) units are each split into one
+                                    item per thread, each a part of the value columns (plan_layer_tail) */
+    int chain_end;               /* KIND_CHAIN: it runs the stages [this one, chain_end) */
+    int fused;                   /* KIND_CHAIN: it crosses attentions (fold_causal): an item waits for the K/V of
+                                    the runs before it, not for a barrier */
+    int folded;                  /* 1: run inside a KIND_CHAIN item, never on its own */
+    int xq_run;                  /* layer stages: tokens per run of the xq rows it writes or reads, 0: one run */
+} stage;
+
+/* The next item of one thread's range of a stage's items (range_start), in a cache line of its own. */
+typedef struct {
+    alignas(64) atomic_int next;
+} range_counter;
+
+struct bn_schedule {
+    int n_threads;
+    stage *stages;            /* (L * STAGES_PER_LAYER + HEAD_STAGES) */
+    range_counter *take;      /* (stages, threads): the next item of each thread's range */
+    range_counter *kv_layers; /* (threads,) a fused chain (fold_causal): the layers whose K/V run r has written */
+    int n_stages;
+    int segment[2];           /* the stages [from, to) of the running pool job */
+};
+
+struct bn_schedule *bn_schedule_create(int n_layers, int n_threads) {
+    struct bn_schedule *S = calloc(1, sizeof *S);
+    if (!S) return NULL;
+    const size_t n_stages = (size_t)n_layers * STAGES_PER_LAYER + HEAD_STAGES;
+    S->n_threads = n_threads;
+    S->stages = aligned_alloc(64, sizeof(stage) * n_stages);
+    S->take = aligned_alloc(64, sizeof(range_counter) * n_stages * (size_t)n_threads);
+    S->kv_layers = aligned_alloc(64, sizeof(range_counter) * (size_t)n_threads);
+    if (!S->stages || !S->take || !S->kv_layers) {
+        bn_schedule_free(S);
+        return NULL;
+    }
+    return S;
+}
+
+void bn_schedule_free(struct bn_schedule *S) {
+    if (!S) return;
+    free(S->stages);
+    free(S->take);
+    free(S->kv_layers);
+    free(S);
+}
 
 /* ---------------------------------------------------------------- development timing */
 
@@ -107,39 +171,47 @@ static int token_run(const bn_engine *e, int T) {
     return (T + n_items - 1) / n_items;
 }
 
-static void set_matmul_stage(const bn_engine *e, stage *st, stage_kind kind, const bn_ternary *w, int units, int T,
-                             float *y, int ldy, int kp) {
-    if (kind == KIND_TERNARY && token_split(e, T)) { /* items: runs of tokens, each through all the rows */
+static void set_matmul_stage(const bn_engine *e, stage *st, bn_matrix mat, int T) {
+    const int units = mat.units, exact = mat.kind == MAT_EXACT_HEAD;
+    if (mat.kind == MAT_TERNARY && token_split(e, T)) { /* items: runs of tokens, each through all the rows */
         const int per = token_run(e, T);
-        *st = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = kind, .w = w, .y = y, .T = T, .ldy = ldy,
-                      .kp = kp, .chunk = units, .chunks_per_slice = 1, .slice_tokens = per};
+        *st = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_MATRIX, .mat = mat, .T = T,
+                      .chunk = units, .chunks_per_slice = 1, .slice_tokens = per};
         return;
     }
     int chunk = units / (bn_pool_size(e->pool) * CHUNKS_PER_THREAD);
-    if (kind != KIND_EXACT_HEAD) chunk += chunk & 1; /* even: the SIMD kernels take row tiles in pairs */
+    if (!exact) chunk += chunk & 1; /* even: the SIMD kernels take row tiles in pairs */
     if (chunk < 2) chunk = 2;
     const int per_slice = (units + chunk - 1) / chunk, slices = (T + MATMUL_SLICE - 1) / MATMUL_SLICE;
-    const double macs = (double)T * units * (kind == KIND_EXACT_HEAD ? 1 : 16) * (kind == KIND_EXACT_HEAD ? e->m.dim : kp);
-    *st = (stage){.n_items = per_slice * slices, .shared = macs >= SHARE_MIN_MACS, .kind = kind, .w = w, .y = y,
-                  .T = T, .ldy = ldy, .kp = kp, .chunk = chunk, .chunks_per_slice = per_slice,
-                  .slice_tokens = MATMUL_SLICE};
+    const double macs = (double)T * units * (exact ? 1 : 16) * (exact ? e->m.dim : mat.kp);
+    *st = (stage){.n_items = per_slice * slices, .shared = macs >= SHARE_MIN_MACS, .kind = KIND_MATRIX, .mat = mat,
+                  .T = T, .chunk = chunk, .chunks_per_slice = per_slice, .slice_tokens = MATMUL_SLICE};
 }
 
-/* A token_split batch: every stage between two attentions is token-local (a token's row of one stage needs only
- * its own rows of the stage before), so each such run of stages becomes ONE stage (KIND_CHAIN) whose item takes a
- * run of tokens through all of them: the threads wait for each other twice per layer (before and after its
- * attention, which reads every token's K/V) instead of after each of ten stages. The runs of tokens are those of
- * the token-split matrix stages, so every product sees the same rows as before: the same logits. Folds the layer
- * stages [from, to) of a batch of T tokens. */
+/* Item i of a matrix stage: token slice i / chunks_per_slice, row units [u0, u1) of chunk i % chunks_per_slice
+ * (units: tiles of 16 rows, or single rows for the exact head). */
+static void matrix_item(bn_engine *e, const stage *st, int i) {
+    const int slice = i / st->chunks_per_slice, t0 = slice * st->slice_tokens;
+    const int rows = st->T - t0 < st->slice_tokens ? st->T - t0 : st->slice_tokens;
+    const int u0 = (i % st->chunks_per_slice) * st->chunk;
+    const int u1 = u0 + st->chunk < st->mat.units ? u0 + st->chunk : st->mat.units;
+    bn_matrix_rows(e, &st->mat, t0, rows, u0, u1, st->xq_run);
+}
+
+/* A token_split batch: the stages between two attentions are token-local, so each such run of the layer stages
+ * [from, to) becomes ONE stage (KIND_CHAIN) whose item takes a run of tokens through all of them: the threads wait
+ * for each other twice per layer (around its attention, which reads every token's K/V), not after each stage. The
+ * runs are those of the token-split matrix stages: the same products, the same logits. */
 static void fold_chains(bn_engine *e, int from, int to, int T) {
+    stage *stages = e->sched->stages;
     const int per = token_run(e, T);
     for (int s = from; s < to;) {
         int end = s;
         while (end < to && end % STAGES_PER_LAYER != STAGE_ATTENTION) end++; /* up to the next attention */
-        stage *c = &e->stages[s];
+        stage *c = &stages[s];
         for (int f = s; f < end; f++) {
-            e->stages[f].folded = f > s;
-            e->stages[f].xq_run = per; /* a chain's xq rows lie in runs of its tokens (xq_row) */
+            stages[f].folded = f > s;
+            stages[f].xq_run = per; /* a chain's xq rows lie in runs of its tokens (layer.c xq_row) */
         }
         *c = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_CHAIN, .T = T, .tokens_per_item = per,
                      .chain_end = end, .xq_run = per};
@@ -147,46 +219,32 @@ static void fold_chains(bn_engine *e, int from, int to, int T) {
     }
 }
 
-/* A token_split batch under causal attention (one run of tokens per thread, token_run): the stages [from, to) (whole
- * layers, then the last layer up to its attention) become ONE chain whose item takes its run through all of them,
- * attentions included. A token sees only the keys up to its own position, so run r's attention needs the K/V of
- * runs 0..r only: the item waits, before each attention, until the runs before it have written that layer's K/V
- * (kv_layers), and nothing waits for a later run. So no thread waits at a barrier twice per layer; the first run
- * never waits. A run's tokens go through the same stages with the same kernels as in fold_chains: the same logits.
- * No deadlock: the calling thread takes run 0 first, and every thread takes runs in increasing order. */
+/* A token_split batch under causal attention (one run of tokens per thread, token_run): the stages [from, to) become
+ * ONE chain whose item takes its run through all of them, attentions included. Run r's attention needs the K/V of
+ * runs 0..r only (causal), so before each attention an item waits until the runs before it have written that
+ * layer's K/V (kv_layers): no barrier, and the first run never waits. The same stages and kernels as fold_chains:
+ * the same logits. No deadlock: the calling thread takes run 0 first, and every thread takes runs in order. */
 static int fold_causal(bn_engine *e, int from, int to, int T) {
+    stage *stages = e->sched->stages;
     const int per = token_run(e, T), n = bn_pool_size(e->pool);
     if (e->fa.block > 0 || (T + per - 1) / per > n) return 0;
     for (int f = from; f < to; f++) {
-        e->stages[f].folded = f > from;
-        e->stages[f].xq_run = per;
+        stages[f].folded = f > from;
+        stages[f].xq_run = per;
     }
-    e->stages[from] = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_CHAIN, .T = T,
+    stages[from] = (stage){.n_items = (T + per - 1) / per, .shared = 1, .kind = KIND_CHAIN, .T = T,
                               .tokens_per_item = per, .chain_end = to, .xq_run = per, .fused = 1};
-    for (int r = 0; r < n; r++) atomic_init(&e->kv_layers[r].next, 0);
+    for (int r = 0; r < n; r++) atomic_init(&e->sched->kv_layers[r].next, 0);
     return 1;
 }
 
 /* Range r of n of a stage's items: [range_start(r), range_start(r + 1)). */
 static inline int range_start(int n_items, int r, int n) { return (int)((long long)n_items * r / n); }
 
-/* The last layer's K/V are needed for every token, but the rest of it (its attention and everything after) only
- * for the rows whose logits are asked: a denoising step asks for the masked slots of one sub-block (<= 8 of 32),
- * a prefill or a block commit for one row. So, when the logit rows are strictly increasing and fewer than the
- * batch, those stages run on the logit rows alone (compacted: their token t is batch token rows[t]). Each token's
- * sums are the same whatever else is in the batch, so the logits are bit for bit those of the whole batch. */
-static int trims_last_layer(const bn_engine *e) {
-    if (e->fa.n_rows >= e->fa.T) return 0;
-    for (int r = 1; r < e->fa.n_rows; r++)
-        if (e->fa.rows[r] <= e->fa.rows[r - 1]) return 0;
-    return 1;
-}
-
 /* The stages of layer l from its attention on, for a batch of T tokens (the logit rows in a trimmed last layer). */
 static void plan_layer_tail(bn_engine *e, int l, int T) {
     const bn_model *m = &e->m;
-    const bn_layer *ly = &e->layers[l];
-    stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
+    stage *s = e->sched->stages + (size_t)l * STAGES_PER_LAYER;
     /* attention: items of attn_rows tokens x one kv head */
     const int attn_shared = (double)T * e->fa.kv_end * m->dim >= SHARE_MIN_ATTN && bn_pool_size(e->pool) > 1;
     int attn_rows = ATTN_MAX_ROWS;
@@ -207,50 +265,52 @@ static void plan_layer_tail(bn_engine *e, int l, int T) {
     s[STAGE_ATTENTION] = (stage){.n_items = units + split * (n - 1), .kind = KIND_ATTENTION, .T = T,
                                  .tokens_per_item = attn_rows, .split_units = split, .shared = attn_shared};
     set_token_stage(e, &s[STAGE_ATTN_SUB], T);
-    set_matmul_stage(e, &s[STAGE_O], KIND_TERNARY, &ly->o, e->dp / 16, T, e->proj, e->dp, e->dp);
+    set_matmul_stage(e, &s[STAGE_O], bn_layer_matrix(e, l, STAGE_O), T);
     set_token_stage(e, &s[STAGE_FFN_NORM], T);
-    set_matmul_stage(e, &s[STAGE_GATE_UP], KIND_TERNARY, &ly->gate_up, e->gu_np / 16, T, e->gu, e->gu_np, e->dp);
+    set_matmul_stage(e, &s[STAGE_GATE_UP], bn_layer_matrix(e, l, STAGE_GATE_UP), T);
     set_token_stage(e, &s[STAGE_FFN_SUB], T);
-    set_matmul_stage(e, &s[STAGE_DOWN], KIND_TERNARY, &ly->down, e->dp / 16, T, e->proj, e->dp, e->ip);
+    set_matmul_stage(e, &s[STAGE_DOWN], bn_layer_matrix(e, l, STAGE_DOWN), T);
 }
 
+/* The stages of the forward described by e->fa, in the order of layer.h's steps (forward.c runs them so, serially) */
 void bn_plan_forward(bn_engine *e) {
     const bn_model *m = &e->m;
+    struct bn_schedule *S = e->sched;
     const int T = e->fa.T, L = m->n_layers;
-    e->fa.trim_last = trims_last_layer(e);
     const int T_last = e->fa.trim_last ? e->fa.n_rows : T; /* tokens of the last layer from its attention on */
     for (int l = 0; l < L; l++) {
-        const bn_layer *ly = &e->layers[l];
-        stage *s = e->stages + (size_t)l * STAGES_PER_LAYER;
+        stage *s = S->stages + (size_t)l * STAGES_PER_LAYER;
         set_token_stage(e, &s[STAGE_ATTN_NORM], T);
-        set_matmul_stage(e, &s[STAGE_QKV], KIND_TERNARY, &ly->qkv, e->qkv_np / 16, T, e->qkv, e->qkv_np, e->dp);
+        set_matmul_stage(e, &s[STAGE_QKV], bn_layer_matrix(e, l, STAGE_QKV), T);
         set_token_stage(e, &s[STAGE_ROPE_KV], T);
         plan_layer_tail(e, l, l == L - 1 ? T_last : T);
     }
-    stage *h = e->stages + (size_t)L * STAGES_PER_LAYER;
+    stage *h = S->stages + (size_t)L * STAGES_PER_LAYER;
     const int R = e->fa.n_rows;
     set_token_stage(e, &h[STAGE_HEAD_NORM], R);
-    if (e->exact_head) set_matmul_stage(e, &h[STAGE_HEAD], KIND_EXACT_HEAD, NULL, m->vocab, R, e->logit_buf, e->vp, 0);
-    else set_matmul_stage(e, &h[STAGE_HEAD], KIND_INT8_HEAD, NULL, e->vp / 16, R, e->logit_buf, e->vp, e->dp);
-    e->n_stages = L * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
+    set_matmul_stage(e, &h[STAGE_HEAD], bn_head_matrix(e), R);
+    S->n_stages = L * STAGES_PER_LAYER + (R > 0 ? HEAD_STAGES : 0);
     /* token_split batches: fold the token-local stages (the trimmed last layer's tail as a batch of its own) */
     const int tail = (L - 1) * STAGES_PER_LAYER + STAGE_ATTENTION; /* the last layer's attention */
     if (token_split(e, T) && !fold_causal(e, 0, tail, T)) fold_chains(e, 0, tail, T);
     if (token_split(e, T_last)) fold_chains(e, tail + 1, L * STAGES_PER_LAYER, T_last);
     const int n = bn_pool_size(e->pool);
-    for (int i = 0; i < e->n_stages; i++) {
-        atomic_init(&e->stages[i].done, 0);
-        for (int r = 0; r < n; r++) atomic_init(&e->take[(size_t)i * n + r].next, range_start(e->stages[i].n_items, r, n));
+    for (int i = 0; i < S->n_stages; i++) {
+        atomic_init(&S->stages[i].done, 0);
+        for (int r = 0; r < n; r++) atomic_init(&S->take[(size_t)i * n + r].next, range_start(S->stages[i].n_items, r, n));
     }
 }
 
 /* ---------------------------------------------------------------- the run */
 
+/* This thread's attention scratch (bn_engine.scores) */
+static inline float *thread_scratch(const bn_engine *e, int thread) { return e->scores + (size_t)thread * e->scores_ld; }
+
 /* Item p of an attention stage: a unit u = (tile u / G of up to tokens_per_item consecutive tokens, kv head u % G),
  * all its value columns or, for the split_units last units, part r of n of them. Thread range r (range_start) holds
  * k whole units, then part r of each split unit, so every thread gets the same work. */
 static void attention_item(bn_engine *e, int l, int p, int thread) {
-    const stage *st = &e->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION];
+    const stage *st = &e->sched->stages[(size_t)l * STAGES_PER_LAYER + STAGE_ATTENTION];
     const int G = e->m.n_kv_heads, rows = st->tokens_per_item, hd = e->m.head_dim, lo = st->split_units;
     int u = p, c0 = 0, c1 = hd;
     if (lo) {
@@ -260,14 +320,14 @@ static void attention_item(bn_engine *e, int l, int p, int thread) {
         if (j >= k) c0 = 8 * (vectors * r / n), c1 = 8 * (vectors * (r + 1) / n);
     }
     const int g = u % G, t0 = u / G * rows;
-    bn_attention_tile(e, l, t0, st->T - t0 < rows ? st->T - t0 : rows, g, c0, c1, thread);
+    bn_attention_tile(e, l, t0, st->T - t0 < rows ? st->T - t0 : rows, g, c0, c1, thread_scratch(e, thread));
 }
 
 /* Item i of a KIND_CHAIN stage: its run of tokens through each stage [s, chain_end) in turn (the calling thread,
  * when profiling, books each stage's time to its part). A fused chain (fold_causal) runs the attentions too: first it
  * waits for the runs before it to have written this layer's K/V; after its own RoPE/K/V stage it says it has. */
 static void chain_item(bn_engine *e, int s, int i, int thread) {
-    const stage *c = &e->stages[s];
+    const stage *stages = e->sched->stages, *c = &stages[s];
     const int t0 = i * c->tokens_per_item, t1 = t0 + c->tokens_per_item < c->T ? t0 + c->tokens_per_item : c->T;
     const int timing = e->profiling && thread == 0;
     double t = timing ? now_s() : 0;
@@ -276,7 +336,7 @@ static void chain_item(bn_engine *e, int s, int i, int thread) {
         const layer_stage ls = (layer_stage)(f % STAGES_PER_LAYER);
         if (ls == STAGE_ATTENTION) { /* only in a fused chain */
             for (int r = 0; r < i; r++)
-                while (atomic_load_explicit(&e->kv_layers[r].next, memory_order_acquire) <= l) bn_pool_relax();
+                while (atomic_load_explicit(&e->sched->kv_layers[r].next, memory_order_acquire) <= l) bn_pool_relax();
             if (timing) { /* the wait is synchronisation */
                 const double t2 = now_s();
                 e->prof[BN_PART_SYNC] += t2 - t;
@@ -285,13 +345,13 @@ static void chain_item(bn_engine *e, int s, int i, int thread) {
             for (int a = t0; a < t1; a += ATTN_MAX_ROWS)
                 for (int g = 0; g < e->m.n_kv_heads; g++)
                     bn_attention_tile(e, l, a, t1 - a < ATTN_MAX_ROWS ? t1 - a : ATTN_MAX_ROWS, g, 0,
-                                      e->m.head_dim, thread);
-        } else if (f == s || e->stages[f].kind == KIND_TOKENS) { /* stage s itself (a token stage) holds the chain */
-            for (int tok = t0; tok < t1; tok++) bn_token_stage(e, l, ls, tok);
+                                      e->m.head_dim, thread_scratch(e, thread));
+        } else if (f == s || stages[f].kind == KIND_TOKENS) { /* stage s itself (a token stage) holds the chain */
+            for (int tok = t0; tok < t1; tok++) bn_token_step(e, l, ls, tok, stages[f].xq_run);
             if (c->fused && ls == STAGE_ROPE_KV) /* this run's K/V of layer l are in the cache */
-                atomic_store_explicit(&e->kv_layers[i].next, l + 1, memory_order_release);
+                atomic_store_explicit(&e->sched->kv_layers[i].next, l + 1, memory_order_release);
         } else {
-            bn_matmul_item(e, &e->stages[f], i); /* token_split: item i of the matrix stage is the same run */
+            matrix_item(e, &stages[f], i); /* token_split: item i of the matrix stage is the same run */
         }
         if (timing) {
             const double t2 = now_s();
@@ -302,15 +362,16 @@ static void chain_item(bn_engine *e, int s, int i, int thread) {
 }
 
 static void run_item(bn_engine *e, int s, int i, int thread) {
-    const stage *st = &e->stages[s];
+    const stage *st = &e->sched->stages[s];
     const int layer_stages = e->m.n_layers * STAGES_PER_LAYER;
     switch (st->kind) {
         case KIND_TOKENS: {
             const int t0 = i * st->tokens_per_item;
             const int t1 = t0 + st->tokens_per_item < st->T ? t0 + st->tokens_per_item : st->T;
             for (int t = t0; t < t1; t++) {
-                if (s < layer_stages) bn_token_stage(e, s / STAGES_PER_LAYER, (layer_stage)(s % STAGES_PER_LAYER), t);
-                else bn_head_norm_item(e, t);
+                if (s < layer_stages)
+                    bn_token_step(e, s / STAGES_PER_LAYER, (layer_stage)(s % STAGES_PER_LAYER), t, st->xq_run);
+                else bn_head_norm_row(e, t);
             }
             break;
         }
@@ -320,8 +381,8 @@ static void run_item(bn_engine *e, int s, int i, int thread) {
         case KIND_CHAIN:
             chain_item(e, s, i, thread);
             break;
-        default:
-            bn_matmul_item(e, st, i);
+        case KIND_MATRIX:
+            matrix_item(e, st, i);
     }
 }
 
@@ -331,13 +392,13 @@ static void run_stages(bn_engine *e, int from, int to, int thread) {
     const int timing = e->profiling && thread == 0;
     double t = timing ? now_s() : 0;
     for (int s = from; s < to; s++) {
-        stage *st = &e->stages[s];
+        stage *st = &e->sched->stages[s];
         if (st->folded) continue; /* run by its chain's items */
         const int n = bn_pool_size(e->pool);
         int mine = 0;
         for (int k = 0; k < n; k++) { /* its own range, then what is left of the others' */
             const int r = (thread + k) % n, end = range_start(st->n_items, r + 1, n);
-            atomic_int *next = &e->take[(size_t)s * n + r].next;
+            atomic_int *next = &e->sched->take[(size_t)s * n + r].next;
             int i;
             while (atomic_load_explicit(next, memory_order_relaxed) < end &&
                    (i = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) < end) {
@@ -360,28 +421,29 @@ static void run_stages(bn_engine *e, int from, int to, int thread) {
     }
 }
 
-/* The pool job of a segment of shared stages (e->segment), run by the caller and every worker that joins. */
+/* The pool job of a segment of shared stages (bn_schedule.segment), run by the caller and every worker that joins. */
 static void segment_worker(void *arg, int thread, int n_threads) {
     (void)n_threads;
     bn_engine *e = arg;
     const double t0 = e->profiling && thread == 0 ? now_s() : 0;
-    run_stages(e, e->segment[0], e->segment[1], thread);
+    run_stages(e, e->sched->segment[0], e->sched->segment[1], thread);
     if (e->profiling && thread == 0) e->inside += now_s() - t0;
 }
 
 /* The whole stage list: runs of consecutive shared stages as one pool job each (for a batch of tokens on a small
  * model that is the whole forward), the other stages on the calling thread. */
 void bn_run_forward(bn_engine *e) {
-    for (int s = 0; s < e->n_stages;) {
-        if (!e->stages[s].shared || bn_pool_size(e->pool) == 1) {
+    struct bn_schedule *S = e->sched;
+    for (int s = 0; s < S->n_stages;) {
+        if (!S->stages[s].shared || bn_pool_size(e->pool) == 1) {
             run_stages(e, s, s + 1, 0);
             s++;
             continue;
         }
         int end = s + 1;
-        while (end < e->n_stages && e->stages[end].shared) end++;
-        e->segment[0] = s;
-        e->segment[1] = end;
+        while (end < S->n_stages && S->stages[end].shared) end++;
+        S->segment[0] = s;
+        S->segment[1] = end;
         if (e->profiling) {
             const double t0 = now_s(), inside = e->inside;
             bn_pool_run(e->pool, segment_worker, e);
