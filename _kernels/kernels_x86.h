@@ -140,21 +140,26 @@ static inline __attribute__((always_inline)) void store_half_rows(const __m256i 
 
 /* ---------------------------------------------------------------- entries shared between tables */
 
+/* Hidden: not interposable, so a file's own calls to them (norm_quant's sumsq and quantize) stay inlinable as calls
+ * to static functions are, and no call goes through the PLT. */
+#define BN_X86_ENTRY __attribute__((visibility("hidden")))
+
 /* The elementwise entries of one instruction set's vector file, named P##entry (kernels.h's entries of the same
  * names): their declarations, and their designated initializers for a table */
-#define BN_DECLARE_VECTOR_OPS(P)                                                                                 \
-    float P##dot(const float *a, const float *b, int n);                                                        \
-    void P##axpy(float a, const float *x, float *y, int n);                                                     \
-    float P##sumsq(const float *x, int n);                                                                      \
-    float P##absmax(const float *x, int n);                                                                     \
-    int32_t P##quantize(const float *x, int n, int np, float scale, int8_t *q);                                 \
-    void P##norm_apply(const float *x, float inv, const float *w, float *out, int n);                           \
-    void P##relu2_mul(const float *g, const float *u, float *out, int n);                                       \
-    void P##add(float *y, const float *x, int n);                                                               \
-    void P##to_f16(const float *x, uint16_t *h, int n);                                                         \
-    float P##dot_f16(const float *a, const uint16_t *h, int n);                                                 \
-    void P##axpy_f16(float a, const uint16_t *h, float *y, int n);                                              \
-    int32_t P##norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
+#define BN_DECLARE_VECTOR_OPS(P)                                                                               \
+    BN_X86_ENTRY float P##dot(const float *a, const float *b, int n);                                         \
+    BN_X86_ENTRY void P##axpy(float a, const float *x, float *y, int n);                                      \
+    BN_X86_ENTRY float P##sumsq(const float *x, int n);                                                       \
+    BN_X86_ENTRY float P##absmax(const float *x, int n);                                                      \
+    BN_X86_ENTRY int32_t P##quantize(const float *x, int n, int np, float scale, int8_t *q);                  \
+    BN_X86_ENTRY void P##norm_apply(const float *x, float inv, const float *w, float *out, int n);            \
+    BN_X86_ENTRY void P##relu2_mul(const float *g, const float *u, float *out, int n);                        \
+    BN_X86_ENTRY void P##add(float *y, const float *x, int n);                                                \
+    BN_X86_ENTRY void P##to_f16(const float *x, uint16_t *h, int n);                                          \
+    BN_X86_ENTRY float P##dot_f16(const float *a, const uint16_t *h, int n);                                  \
+    BN_X86_ENTRY void P##axpy_f16(float a, const uint16_t *h, float *y, int n);                               \
+    BN_X86_ENTRY int32_t P##norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn,   \
+                                       int8_t *q, float *xinv);
 #define BN_VECTOR_ENTRIES(P)                                                                                     \
     .dot = P##dot, .axpy = P##axpy, .sumsq = P##sumsq, .absmax = P##absmax, .quantize = P##quantize,            \
     .norm_apply = P##norm_apply, .relu2_mul = P##relu2_mul, .add = P##add, .to_f16 = P##to_f16,                 \
@@ -163,19 +168,19 @@ static inline __attribute__((always_inline)) void store_half_rows(const __m256i 
 BN_DECLARE_VECTOR_OPS(bn_avx2_)   /* kernels_avx2_vector.c */
 BN_DECLARE_VECTOR_OPS(bn_avx512_) /* kernels_avx512_vector.c */
 /* kernels_avx2_vector.c: kernels.h silu_mul (every x86 table's) */
-void bn_avx2_silu_mul(const float *g, const float *u, float *out, int n);
+BN_X86_ENTRY void bn_avx2_silu_mul(const float *g, const float *u, float *out, int n);
 
 /* kernels_x86_attention.c: kernels.h attend_rows (AVX2, head sizes a multiple of 8) */
-int bn_x86_attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
-                       int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
-                       float *scratch, float *out, size_t ldo);
+BN_X86_ENTRY int bn_x86_attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v,
+                                    size_t ld, int kv, const float *ks, const float *vs, const int *ends, int c0,
+                                    int c1, float scale, float *scratch, float *out, size_t ldo);
 
 /* kernels_x86_sampler.c: kernels.h max_first, expsum, exp_shifted, scale_row, select_at_least (AVX2) */
-float bn_x86_max_first(const float *x, int n, int *arg);
-double bn_x86_expsum(const float *x, int n, float mx);
-double bn_x86_exp_shifted(const double *z, double top, double *w, int n);
-double bn_x86_scale_row(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad);
-int bn_x86_select_at_least(const double *w, int n, double t, int *out);
+BN_X86_ENTRY float bn_x86_max_first(const float *x, int n, int *arg);
+BN_X86_ENTRY double bn_x86_expsum(const float *x, int n, float mx);
+BN_X86_ENTRY double bn_x86_exp_shifted(const double *z, double top, double *w, int n);
+BN_X86_ENTRY double bn_x86_scale_row(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad);
+BN_X86_ENTRY int bn_x86_select_at_least(const double *w, int n, double t, int *out);
 
 /* The entries every x86 table shares (designated initializers for a bn_kernels table) */
 #define BN_X86_SHARED_ENTRIES                                                                                    \
