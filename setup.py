@@ -23,7 +23,11 @@ COMMON = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-Wall", "-Wno-unk
 COMMON += os.environ.get("BITNET_CFLAGS", "").split()  # development knob, e.g. BITNET_CFLAGS=-march=native
 ISA_FLAGS = {
     "kernels_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
+    "kernels_avx2_vector.c": ["-mavx2", "-mfma", "-mf16c"],
+    "kernels_x86_attention.c": ["-mavx2", "-mfma", "-mf16c"],
+    "kernels_x86_sampler.c": ["-mavx2", "-mfma", "-mf16c"],
     "kernels_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
+    "kernels_avx512_vector.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma"],
     "kernels_avxvnni.c": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],   # gcc >= 11, clang >= 12
     "kernels_avxvnni_emulated.c": ["-mavx2", "-mfma", "-mf16c"],
     "kernels_amx.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma", "-mamx-tile", "-mamx-int8"],  # gcc >= 11
@@ -31,8 +35,8 @@ ISA_FLAGS = {
 }
 AVXVNNI = "kernels_avxvnni.c"
 AMX = "kernels_amx.c"
-GENERIC = ["forward.c", "schedule.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c",
-           "sample.c", "rows_job.c", "tiles5.c", "thread_buffer.c", "trit5_windows.c"]
+GENERIC = ["engine_api.c", "schedule.c", "forward.c", "layer.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c",
+           "sample.c", "rows_job.c", "tiles5.c", "thread_buffer.c", "trit5_windows.c", "kernels_fallback.c"]
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
 

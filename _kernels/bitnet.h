@@ -77,8 +77,12 @@ int bn_engine_threads(const bn_engine *e);
  * attention: 0 causal, 1 block (block_size B). Returns 0, or -1 with a message in err. */
 int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen);
+/* The same forward computed by the plain serial forward (forward.c) on the calling thread, every step on the whole
+ * batch: the scheduler's oracle, for the tests (its logits equal bn_forward's bit for bit). */
+int bn_forward_serial_oracle(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
+                             int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen);
 /* 1 when every one of x[0, n) is finite (no NaN, no infinity): the check of a forward's logits, one pass of integer
- * tests on the exponent bits (numpy's isfinite(...).all() on a diffusion step's rows cost ~3 us). */
+ * tests on the exponent bits (cheaper than numpy's isfinite(...).all() on a diffusion step's rows). */
 int bn_all_finite(const float *x, size_t n);
 
 /* The sampler's rows on the engine's threads (rows_job.c): bn_greedy_rows and bn_sample_rows (kernels.h) with this

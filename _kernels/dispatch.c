@@ -65,21 +65,12 @@ static void build_vnni_tables(void) {
     avxvnni_table.int8_matmul = bn_avxvnni_int8_matmul;
 #endif
 }
-/* The AVX-512 table: kernels_avx512.c's entries, and AVX2's fused steps where it has none of its own (multi-row
- * attention, the greedy confidence, the sampler's exponentials, silu): a 256-bit kernel beats forward.c's generic
- * loop on these CPUs too. */
+/* The AVX-512 table: kernels_avx512.c's, with its 1.6-bit code chosen for this CPU. */
 static bn_kernels avx512_table;
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 static void build_avx512_table(void) {
     avx512_table = bn_kernels_avx512;
     avx512_table.trit5_windows = bn_avx512_trit5_windows();
-    if (!avx512_table.attend_rows) avx512_table.attend_rows = bn_kernels_avx2.attend_rows;
-    if (!avx512_table.max_first) avx512_table.max_first = bn_kernels_avx2.max_first;
-    if (!avx512_table.expsum) avx512_table.expsum = bn_kernels_avx2.expsum;
-    if (!avx512_table.exp_shifted) avx512_table.exp_shifted = bn_kernels_avx2.exp_shifted;
-    if (!avx512_table.scale_row) avx512_table.scale_row = bn_kernels_avx2.scale_row;
-    if (!avx512_table.select_at_least) avx512_table.select_at_least = bn_kernels_avx2.select_at_least;
-    if (!avx512_table.silu_mul) avx512_table.silu_mul = bn_kernels_avx2.silu_mul;
 }
 static const bn_kernels *avx512(void) {
     if (!has_avx512_vnni()) return NULL;

@@ -49,6 +49,9 @@ cdef extern from "bitnet.h":
     int bn_engine_threads(const bn_engine *e)
     int bn_forward(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
                    int block_size, const int32_t *rows, int n_rows, float *logits, char *err, int errlen) nogil
+    int bn_forward_serial_oracle(bn_engine *e, const int32_t *tokens, int T, int start, int kv_end, int attention,
+                                 int block_size, const int32_t *rows, int n_rows, float *logits, char *err,
+                                 int errlen) nogil
     int bn_all_finite(const float *x, size_t n) nogil
     int BN_PART_COUNT
     void bn_engine_set_profile(bn_engine *e, int on)
@@ -195,9 +198,10 @@ cdef class CEngine:
 
     def forward(self, cnp.ndarray[int32_t, ndim=1, mode="c"] tokens, int start, int kv_end, int attention,
                 int block_size, cnp.ndarray[int32_t, ndim=1, mode="c"] rows,
-                cnp.ndarray[float, ndim=2, mode="c"] out):
+                cnp.ndarray[float, ndim=2, mode="c"] out, bint serial=False):
         """Run one forward; logits of `rows` into out (len(rows), vocab). Returns whether they are all finite (a
-        damaged file's NaN or infinity: the caller says so). Raises ValueError on bad input."""
+        damaged file's NaN or infinity: the caller says so). Raises ValueError on bad input. serial: through the
+        plain serial C forward on the calling thread (forward.c: the scheduler's oracle, for the tests)."""
         cdef char err[256]
         cdef int rc
         cdef int T = tokens.shape[0], n_rows = rows.shape[0]
@@ -208,7 +212,11 @@ cdef class CEngine:
         cdef float *op = <float *>out.data
         cdef int finite = 1
         with nogil:
-            rc = bn_forward(self.e, tp, T, start, kv_end, attention, block_size, rp, n_rows, op, err, sizeof(err))
+            if serial:
+                rc = bn_forward_serial_oracle(self.e, tp, T, start, kv_end, attention, block_size, rp, n_rows, op,
+                                              err, sizeof(err))
+            else:
+                rc = bn_forward(self.e, tp, T, start, kv_end, attention, block_size, rp, n_rows, op, err, sizeof(err))
             if rc == 0:
                 finite = bn_all_finite(op, <size_t>n_rows * self.vocab)
         if rc != 0:

@@ -178,7 +178,7 @@ def kernel_norm_quant(str isa, cnp.ndarray[float, ndim=1, mode="c"] x, cnp.ndarr
                       int np_, float eps, bint fused):
     """quant8(rmsnorm(x) * w) of one row (n,) -> (q int8 (np_,), sum(q), 1/scale): through the path's fused
     norm_quant (fused true; None when the path has none), or composed from its sumsq, norm_apply, absmax and
-    quantize as forward.c composes them (fused false)."""
+    quantize as layer.c composes them (fused false)."""
     cdef const bn_kernels *k = _kernels(isa)
     cdef int n = x.shape[0]
     if w.shape[0] != n or n == 0 or np_ < n or np_ % 16:
@@ -189,7 +189,7 @@ def kernel_norm_quant(str isa, cnp.ndarray[float, ndim=1, mode="c"] x, cnp.ndarr
     xn = np.zeros(n, dtype=np.float32)
     cdef int8_t[::1] qv = q
     cdef float[::1] xnv = xn
-    cdef float xinv, m, inv, scale, one = 1.0, c127 = 127.0, nf = n  # float maths, as forward.c's
+    cdef float xinv, m, inv, scale, one = 1.0, c127 = 127.0, nf = n  # float maths, as layer.c's
     cdef int32_t total
     if fused:
         total = k.norm_quant(<const float *>x.data, <const float *>w.data, n, np_, eps, &xnv[0], &qv[0], &xinv)
@@ -206,7 +206,7 @@ def kernel_norm_quant(str isa, cnp.ndarray[float, ndim=1, mode="c"] x, cnp.ndarr
 
 
 def kernel_silu_mul(str isa, cnp.ndarray[float, ndim=1, mode="c"] g, cnp.ndarray[float, ndim=1, mode="c"] u):
-    """silu(g) * u (n,) with the path's silu_mul; None when the path has none (forward.c's plain loop runs)."""
+    """silu(g) * u (n,) with the path's silu_mul; None when the path has none (kernels_fallback.c's loop runs)."""
     cdef const bn_kernels *k = _kernels(isa)
     if k.silu_mul == NULL:
         return None

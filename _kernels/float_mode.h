@@ -1,9 +1,8 @@
 /* The engine computes with denormal floats flushed to zero (FTZ: results below 2^-126 become 0; DAZ: such inputs
  * count as 0), the mode GPUs and most inference engines run in. Why: softmax gives tiny probabilities wherever the
  * attention is peaked (real models' attention sinks, random weights), p * v is then a denormal, and on x86 every
- * denormal result costs a microcode assist of ~100 cycles: the 2B-4T shape's attention ran 3x slower than its
- * arithmetic (69 instead of ~23 ms of a 128-row forward on a Xeon; an isolated attention item 4-18x slower with
- * peaked scores). What it changes: terms below 1.2e-38, which cannot move an fp32 sum of larger terms anyway.
+ * denormal result costs a microcode assist of ~100 cycles, which makes a peaked attention several times slower
+ * than its arithmetic. What it changes: terms below 1.2e-38, which cannot move an fp32 sum of larger terms anyway.
  * bn_forward sets the mode on the calling thread for the call and restores the caller's; the pool's workers keep it.
  * Elsewhere than x86 nothing changes (those CPUs handle denormals at full speed or flush by default). */
 #ifndef BITNET_FLOAT_MODE_H

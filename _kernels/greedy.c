@@ -8,25 +8,10 @@
 
 #include "kernels.h"
 
-/* The plain loops: the reference, and the path of kernel tables without max_first / expsum. */
-static float max_first_ref(const float *x, int n, int *arg) {
-    int a = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    *arg = a;
-    return x[a];
-}
-
-static double expsum_ref(const float *x, int n, float mx) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)expf(x[i] - mx);
-    return sum;
-}
-
 void bn_greedy_rows(const bn_kernels *k, const float *x, int R, int V, const int32_t *banned, int n_banned,
                     int64_t *ids, double *probs) {
-    float (*max_first)(const float *, int, int *) = k->max_first ? k->max_first : max_first_ref;
-    double (*expsum)(const float *, int, float) = k->expsum ? k->expsum : expsum_ref;
+    float (*max_first)(const float *, int, int *) = k->max_first ? k->max_first : bn_fallback_max_first;
+    double (*expsum)(const float *, int, float) = k->expsum ? k->expsum : bn_fallback_expsum;
     for (int r = 0; r < R; r++) {
         const float *row = x + (size_t)r * V;
         int best = -1;

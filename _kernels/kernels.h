@@ -62,9 +62,9 @@ typedef struct {
     float (*dot_f16)(const float *a, const uint16_t *h, int n);
     void (*axpy_f16)(float a, const uint16_t *h, float *y, int n); /* y += a * float(h) */
 
-    /* Optional fused steps: NULL in a table means forward.c composes them from the entries above, which
-     * is the reference. */
-    /* One row: q (np bytes) = quant8(rmsnorm(x) * w) exactly as forward.c composes sumsq, norm_apply (into
+    /* Optional fused steps: NULL in a table means layer.c or kernels_fallback.c composes them from the entries above,
+     * which is the reference. */
+    /* One row: q (np bytes) = quant8(rmsnorm(x) * w) exactly as layer.c composes sumsq, norm_apply (into
      * xn, n floats of scratch), absmax and quantize; *xinv = 1 / scale; returns sum(q). */
     int32_t (*norm_quant)(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv);
     /* Attention of a tile of nr consecutive query rows that share one K/V head. Row r (r < nr) has nq query
@@ -76,11 +76,11 @@ typedef struct {
      * out + r*ldo + h*hd + c, with exactly the numbers the same row would get alone (nr = 1) and with all hd
      * columns: a row's result never depends on the tile or the column range it is in. scratch:
      * BN_ATTN_SCRATCH(nr, nq, hd, largest end) floats, 64-byte aligned.
-     * Returns 0 when it does not handle this shape (forward.c then runs its generic loop), 1 when done. */
+     * Returns 0 when it does not handle this shape (kernels_fallback.c's loop then runs), 1 when done. */
     int (*attend_rows)(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
                        int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
                        float *scratch, float *out, size_t ldo);
-    /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: forward.c's plain loop */
+    /* out = silu(g) * u = g / (1 + e^-g) * u (the Llama family's gated MLP); NULL: kernels_fallback.c's loop */
     void (*silu_mul)(const float *g, const float *u, float *out, int n);
     /* The greedy confidence of a logit row, in two passes over each run of it between banned ids (greedy.c):
      * max_first: the largest of x[0, n) (n >= 1) and *arg its first index (NaN logits: an entry in range);
@@ -105,11 +105,12 @@ typedef struct {
 #define BN_ATTN_SCRATCH(nr, nq, hd, n_keys) \
     ((size_t)(nr) * (nq) * (((size_t)(n_keys) + 15) / 16 * 16) + (size_t)BN_ATTN_KEY_TILE * (hd))
 
-/* The decode kernels (one token: weight-bandwidth-bound) prefetch each 64-byte line twice: into L1 ~2 KB ahead (each
- * file's own distance) and into L2 this far ahead. An Intel core is latency-bound on memory (one thread reads ~18 of
- * the two cores' 35 GB/s on the Xeon here), and the far prefetch keeps more lines in flight: 2B-4T decode 31.6 -> 33.5
- * tok/s there (avx512, interleaved); 4 KB ahead was worse, 16 KB the same. */
+/* The decode kernels (one token: weight-bandwidth-bound) prefetch each 64-byte line twice: into L1 ~2 KB ahead and
+ * into L2 this far ahead. A core that is latency-bound on memory (Intel's) then keeps more lines in flight. */
 #define BN_FAR_PREFETCH_BYTES 8192
+
+/* Bytes per element of a KV cache of type kv (enum bn_kv) */
+static inline size_t bn_kv_elem_bytes(int kv) { return kv == BN_KV_F16 ? 2 : kv == BN_KV_I8 ? 1 : 4; }
 
 /* 1.6-bit tiles (packing.py): G5 groups of 5 quads (20 columns, 64 bytes) per row tile, the last one possibly
  * partial. The decode kernels sum 256 times each dot product in int32 (kernels_avx512.c), exact while
@@ -218,6 +219,18 @@ void bn_amx_int8_matmul(const int8_t *w, int kp, const float *row_scale, const i
 const bn_kernels *bn_select_kernels(const char *force);
 /* The name of kernel path i (0, 1, ... in dispatch.c's order of preference), NULL past the last one. */
 const char *bn_kernel_path_name(int i);
+
+/* kernels_fallback.c: the plain C loops of the optional entries above (the reference; they run where a table has
+ * NULL). attend_rows takes the table for its dot products and handles every shape. */
+void bn_fallback_silu_mul(const float *g, const float *u, float *out, int n);
+void bn_fallback_attend_rows(const bn_kernels *k, const float *q, size_t ldq, int nr, int nq, int hd, const void *kc,
+                             const void *vc, size_t ld, int kv, const float *ks, const float *vs, const int *ends,
+                             int c0, int c1, float scale, float *scratch, float *out, size_t ldo);
+float bn_fallback_max_first(const float *x, int n, int *arg);
+double bn_fallback_expsum(const float *x, int n, float mx);
+double bn_fallback_exp_shifted(const double *z, double top, double *w, int n);
+double bn_fallback_scale_row(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad);
+int bn_fallback_select_at_least(const double *w, int n, double t, int *out);
 
 /* greedy.c: per row of x (R, V), the argmax id and its softmax probability (the diffusion step's confidence) with
  * the n_banned ids `banned` (ascending, distinct, in [0, V)) left out, as if they were -inf; through the table's

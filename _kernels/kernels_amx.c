@@ -22,13 +22,11 @@
 
 #include "kernels.h"
 
-/* Below this many tokens the VNNI kernels are as fast or faster, measured on a Xeon (2 threads): on the 2B-4T shape
- * (weights streamed from memory) 4 tokens take 41 ms per forward on VNNI and 49 on tiles, 8 tokens 56 both ways,
- * 32 tokens 169 and 88; decode (1 token) is memory-bound. */
+/* Below this many tokens the VNNI kernels are as fast or faster: the tiles' unpacking into B tiles is paid per
+ * chunk of weights, and few tokens do not repay it; decode (1 token) is memory-bound either way. */
 #define AMX_MIN_TOKENS 8
-/* The head's tiles need no unpacking (its B tiles lie in memory as they are), so tiles pay from fewer tokens: a
- * denoising step of the demo model asks for the logits of up to 7 rows (0.458 -> 0.444 ms per 32-row step with
- * tiles from 2 rows; no change on the 2B-4T shape, whose head is streamed from memory either way). */
+/* The head's tiles need no unpacking (its B tiles lie in memory as they are), so tiles pay from fewer tokens (a
+ * denoising step of the demo model asks for the logits of up to 7 rows). */
 #define AMX_MIN_HEAD_TOKENS 4
 #define QUADS 16     /* B tile rows: 16 quads = 64 columns */
 #define TILE_BYTES 1024

@@ -12,22 +12,13 @@
  * 1.6-bit tiles: on a CPU with AVX512-VBMI and GFNI (Zen 4, Ice Lake and later) they arrive in the window code
  * (trit5_windows.c; the engine translates the file's bytes once) and one token is decoded by lookups
  * (window_tile_1); elsewhere (Skylake-X, Cascade Lake, or BITNET_NO_VBMI) in the file's code (ternary5_tile_1).
+ * The elementwise ops are kernels_avx512_vector.c's; the attention and the sampler's passes are the x86 files'
+ * (256-bit, kernels_x86.h).
  */
-#include <immintrin.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "kernels.h"
-
-#define PREFETCH_BYTES 2048 /* stream distance: 32 cache lines ahead of the tile being read */
-
-static inline int32_t load_i32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
+#include "kernels_x86.h"
 
 /* Accumulators per token: more when the block is small (to hide the vpdpbusd latency), one when large
  * (registers). RT row tiles x BT tokens x NA accumulators <= 16 of the 32 zmm registers. */
@@ -72,7 +63,7 @@ static inline __attribute__((always_inline)) void ternary_block(
 #pragma GCC unroll 2
         for (int r = 0; r < rt; r++) {
             const uint8_t *p = wt + r * tile_bytes + g * 64;
-            _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
             if (bt == 1) _mm_prefetch((const char *)(p + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* decode: L2 too (kernels.h) */
             const __m512i v = _mm512_loadu_si512((const void *)p);
             w[r][0] = _mm512_and_si512(v, m3);
@@ -95,36 +86,20 @@ static inline __attribute__((always_inline)) void ternary_block(
     store_sums(acc, rt, bt, na, row_scale, xsum, xinv, y, ldy);
 }
 
-/* One block of bt tokens (1..8) with BT a constant: CALL(RT, BT) */
-#define SWITCH_BLOCK(CALL, RT, bt)                                    \
-    switch (bt) {                                                     \
-        case 8: CALL(RT, 8); break;                                   \
-        case 7: CALL(RT, 7); break;                                   \
-        case 6: CALL(RT, 6); break;                                   \
-        case 5: CALL(RT, 5); break;                                   \
-        case 4: CALL(RT, 4); break;                                   \
-        case 3: CALL(RT, 3); break;                                   \
-        case 2: CALL(RT, 2); break;                                   \
-        default: CALL(RT, 1); break;                                  \
-    }
-/* Token blocks: one token alone (decode, memory-bound); otherwise blocks of 8 then the remainder. */
-#define DISPATCH_BLOCKS(CALL, RT)                                     \
-    for (int t0 = 0; t0 < T;) {                                       \
-        const int bt = T - t0 >= 8 ? 8 : T - t0;                      \
-        SWITCH_BLOCK(CALL, RT, bt)                                    \
-        t0 += bt;                                                     \
-    }
-
 static void ternary_matmul(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
                            const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
     const int groups = kp / 16;
 #define TERNARY_CALL(RT, BT)                                                                          \
     ternary_block(codes + (size_t)tile * groups * 64, groups, xq + (size_t)t0 * kp, kp, RT, BT,        \
                   row_scale + tile * 16, xsum + t0, xinv + t0, y + (size_t)t0 * ldy + tile * 16, ldy)
+#define PAIR_CALL(BT) TERNARY_CALL(2, BT)
+#define ONE_CALL(BT) TERNARY_CALL(1, BT)
     int tile = n0 / 16;
     if (T > 1) /* pairs of row tiles share each activation broadcast */
-        for (; tile + 2 <= n1 / 16; tile += 2) { DISPATCH_BLOCKS(TERNARY_CALL, 2) }
-    for (; tile < n1 / 16; tile++) { DISPATCH_BLOCKS(TERNARY_CALL, 1) }
+        for (; tile + 2 <= n1 / 16; tile += 2) { DISPATCH_BLOCKS(PAIR_CALL) }
+    for (; tile < n1 / 16; tile++) { DISPATCH_BLOCKS(ONE_CALL) }
+#undef ONE_CALL
+#undef PAIR_CALL
 #undef TERNARY_CALL
 }
 
@@ -157,7 +132,7 @@ static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const fl
     for (int d = 0; d < BN_TRIT5_QUADS; d++) a[d] = b[d] = _mm512_setzero_si512();
     for (int g = 0; g < full; g++) {
         const uint8_t *p = wt + (size_t)g * 64;
-        _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
         _mm_prefetch((const char *)(p + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
         ternary5_group(_mm512_loadu_si512((const void *)p), x + 20 * g, BN_TRIT5_QUADS, a, b);
     }
@@ -186,7 +161,7 @@ static inline __attribute__((always_inline)) void unpack5_run(const uint8_t *in,
 #pragma GCC unroll 20
     for (int m = 0; m < nq; m++) {
         if (m % BN_TRIT5_QUADS == 0) {
-            _mm_prefetch((const char *)(in + (m / BN_TRIT5_QUADS) * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)(in + (m / BN_TRIT5_QUADS) * 64 + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
             t = _mm512_loadu_si512((const void *)(in + (m / BN_TRIT5_QUADS) * 64));
         }
         const __m512i field = _mm512_set1_epi8((char)(1 << (2 * (m % 4))));
@@ -243,7 +218,7 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
     __m512i f[4], c[4];
 #pragma GCC unroll 4
     for (int g = 0; g < (nq + 4) / 5; g++) {
-        _mm_prefetch((const char *)(in + g * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(in + g * 64 + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
         vbmi_lookup(t, _mm512_loadu_si512((const void *)(in + g * 64)), &f[g], &c[g]);
     }
     _mm512_storeu_si512((void *)out, f[0]);
@@ -332,7 +307,7 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
         for (int r = 0; r < rt; r++) {
             if (packed) {
                 const uint8_t *p = w5 + in + r * tile5 + gi * 64;
-                _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+                _mm_prefetch((const char *)(p + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
                 vbmi_lookup(lut, _mm512_loadu_si512((const void *)p), &f4[r], &c4[r]);
                 if (store) {
                     _mm512_storeu_si512((void *)(buf + out + r * tile_buf + gi * 64), f4[r]);
@@ -390,8 +365,8 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
 
 /* kernels.h ternary5_matmul for T > 1 on a VBMI CPU, by pairs of row tiles (then a last single one): the first
  * block of up to 8 tokens from the packed bytes, one row tile at a time (with the lookup tables in 8 of the 32
- * registers, a pair's 16 accumulators would spill: 2B-4T shapes, one thread, 8 tokens 1.16 -> 1.02x the 2-bit
- * time), then the other blocks from the buffer it wrote, two row tiles at a time. False when there is no memory for
+ * registers, a pair's 16 accumulators would spill), then the other blocks from the buffer it wrote, two row tiles
+ * at a time. False when there is no memory for
  * the buffer (the caller then takes tiles5.c's path, which has its own fallback). */
 __attribute__((target("avx512vbmi"))) static int ternary5_batch_vbmi(const uint8_t *codes, int kp,
                                                                      const float *row_scale, const int8_t *xq,
@@ -407,22 +382,26 @@ __attribute__((target("avx512vbmi"))) static int ternary5_batch_vbmi(const uint8
         lut.f4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[0] + 64 * i));
         lut.c4[i] = _mm512_loadu_si512((const void *)(vbmi_tables[1] + 64 * i));
     }
-#define FIRST_CALL(RT, BT)                                                                                        \
+#define FIRST_CALL(BT)                                                                                            \
     ternary5_block(&lut, codes + (size_t)(tile + r) * tile5, kp, store ? buf + r * tile_buf : NULL, 1, store, xq, \
-                   RT, BT, row_scale + (tile + r) * 16, xsum, xinv, y + (tile + r) * 16, ldy)
+                   1, BT, row_scale + (tile + r) * 16, xsum, xinv, y + (tile + r) * 16, ldy)
 #define LATER_CALL(RT, BT)                                                                                        \
     ternary5_block(&lut, NULL, kp, buf, 0, 0, xq + (size_t)t0 * kp, RT, BT, row_scale + tile * 16, xsum + t0,    \
                    xinv + t0, y + (size_t)t0 * ldy + tile * 16, ldy)
-    for (int tile = n0 / 16; tile < n1 / 16;) {
+#define LATER_PAIR(BT) LATER_CALL(2, BT)
+#define LATER_ONE(BT) LATER_CALL(1, BT)
+    for (int tile = n0 / 16; tile < n1 / 16;) { /* the first block per row tile, the later ones per pair of tiles */
         const int rt = tile + 2 <= n1 / 16 ? 2 : 1;
-        for (int r = 0; r < rt; r++) SWITCH_BLOCK(FIRST_CALL, 1, first)
-        for (int t0 = first; t0 < T;) {
-            const int bt = T - t0 >= 8 ? 8 : T - t0;
-            if (rt == 2) SWITCH_BLOCK(LATER_CALL, 2, bt) else SWITCH_BLOCK(LATER_CALL, 1, bt)
-            t0 += bt;
+        for (int r = 0; r < rt; r++) SWITCH_BLOCK(FIRST_CALL, first)
+        if (rt == 2) {
+            DISPATCH_BLOCKS_FROM(LATER_PAIR, first)
+        } else {
+            DISPATCH_BLOCKS_FROM(LATER_ONE, first)
         }
         tile += rt;
     }
+#undef LATER_ONE
+#undef LATER_PAIR
 #undef LATER_CALL
 #undef FIRST_CALL
     return 1;
@@ -474,14 +453,14 @@ __attribute__((target("avx512vbmi,gfni"))) static void window_tile_1(const windo
                                                                      const int8_t *x, const float *row_scale,
                                                                      int32_t xsum, float xinv, float *y) {
     const int quads = kp / 4, full = quads / BN_TRIT5_QUADS, rest = quads % BN_TRIT5_QUADS;
-    const window_luts luts = *t; /* in registers for the loop (two row tiles at a time, sharing each broadcast,
-                                    * was slower: 11.6 -> 13.5-15 ms for 2B-4T's layers; the compiler spills) */
+    const window_luts luts = *t; /* in registers for the loop (one row tile at a time: with two, sharing each
+                                    * broadcast, the compiler spills) */
     __m512i acc[BN_TRIT5_QUADS];
 #pragma GCC unroll 5
     for (int d = 0; d < BN_TRIT5_QUADS; d++) acc[d] = _mm512_setzero_si512();
     for (int g = 0; g < full; g++) {
         const uint8_t *p = wt + (size_t)g * 64;
-        _mm_prefetch((const char *)(p + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
         _mm_prefetch((const char *)(p + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
         window_group(&luts, _mm512_loadu_si512((const void *)p), x + 20 * g, BN_TRIT5_QUADS, acc);
     }
@@ -533,10 +512,10 @@ static inline __attribute__((always_inline)) void int8_block(
 #pragma GCC unroll 16
     for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_si512();
     for (int g = 0; g < groups; g += 4) { /* groups = Kp/4 is a multiple of 4 */
-        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES), _MM_HINT_T0);
-        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES + 128), _MM_HINT_T0);
-        _mm_prefetch((const char *)(wt + g * 64 + PREFETCH_BYTES + 192), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES + 192), _MM_HINT_T0);
         __m512i w[4];
 #pragma GCC unroll 4
         for (int s = 0; s < 4; s++) w[s] = _mm512_loadu_si512((const void *)(wt + (g + s) * 64));
@@ -569,10 +548,10 @@ static void int8_matmul(const int8_t *w, int kp, const float *row_scale, const i
     const int groups = kp / 4;
     for (int tile = n0 / 16; tile < n1 / 16; tile++) {
         const int8_t *wt = w + (size_t)tile * groups * 64;
-#define INT8_CALL(RT, BT)                                                                             \
+#define INT8_CALL(BT)                                                                                 \
     int8_block(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + tile * 16, rowsum + tile * 16, xinv + t0, \
                y + (size_t)t0 * ldy + tile * 16, ldy)
-        DISPATCH_BLOCKS(INT8_CALL, 1)
+        DISPATCH_BLOCKS(INT8_CALL)
 #undef INT8_CALL
     }
 }
@@ -598,165 +577,7 @@ static void bf16_matmul(const uint16_t *w, int k, const float *x, int T, int n0,
     }
 }
 
-static float dot(const float *a, const float *b, int n) {
-    __m512 acc = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-static void axpy(float a, const float *x, float *y, int n) {
-    const __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
-static inline __mmask16 tail_mask(int r) { return (__mmask16)((1u << r) - 1); }
-
-/* in double: the norm's scale then matches a float64 mean to the last bit almost always, so all paths
- * quantize the normed activations the same way (a rounding flip moves a whole row of the next layer) */
-static float sumsq(const float *x, int n) {
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    int i = 0;
-    for (; i < n; i += 16) {
-        const __m512 v = i + 16 <= n ? _mm512_loadu_ps(x + i) : _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
-        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-        a0 = _mm512_fmadd_pd(lo, lo, a0);
-        a1 = _mm512_fmadd_pd(hi, hi, a1);
-    }
-    return (float)_mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-}
-
-static float absmax(const float *x, int n) {
-    __m512 m = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-    if (i < n) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i)));
-    return _mm512_reduce_max_ps(m);
-}
-
-static int32_t quantize(const float *x, int n, int np, float scale, int8_t *q) {
-    const __m512 sc = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
-    __m512i sum = _mm512_setzero_si512();
-    for (int i = 0; i < np; i += 16) { /* np is a multiple of 16; lanes past n are zero */
-        const __mmask16 m = i + 16 <= n ? 0xFFFF : (i < n ? tail_mask(n - i) : 0);
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sc);
-        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* half to even */
-        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        const __m512i qi = _mm512_cvtps_epi32(v);
-        sum = _mm512_add_epi32(sum, qi);
-        _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(qi));
-    }
-    return _mm512_reduce_add_epi32(sum);
-}
-
-static void norm_apply(const float *x, float inv, const float *w, float *out, int n) {
-    const __m512 vi = _mm512_set1_ps(inv);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(_mm512_loadu_ps(x + i), vi)));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i),
-                                                         _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vi)));
-    }
-}
-
-/* quant8(rmsnorm(x) * w) (kernels.h norm_quant): forward.c's composition of sumsq, norm_apply, absmax and quantize,
- * the same operations in the same order (so the same numbers), with norm_apply and absmax in one pass. */
-static int32_t norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
-    const float inv = 1.0f / sqrtf(sumsq(x, n) / (float)n + eps);
-    const __m512 vi = _mm512_set1_ps(inv);
-    __m512 mv = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(_mm512_loadu_ps(x + i), vi));
-        _mm512_storeu_ps(xn + i, v);
-        mv = _mm512_max_ps(mv, _mm512_abs_ps(v));
-    }
-    if (i < n) { /* lanes past n are zero: |0| leaves the max alone */
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vi));
-        _mm512_mask_storeu_ps(xn + i, m, v);
-        mv = _mm512_max_ps(mv, _mm512_abs_ps(v));
-    }
-    float m = _mm512_reduce_max_ps(mv);
-    if (m < 1e-5f) m = 1e-5f;
-    const float scale = 127.0f / m;
-    *xinv = 1.0f / scale;
-    return quantize(xn, n, np, scale, q);
-}
-
-static void relu2_mul(const float *g, const float *u, float *out, int n) {
-    const __m512 zero = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 r = _mm512_max_ps(_mm512_loadu_ps(g + i), zero);
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(r, r), _mm512_loadu_ps(u + i)));
-    }
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 r = _mm512_max_ps(_mm512_maskz_loadu_ps(m, g + i), zero);
-        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_mul_ps(r, r), _mm512_maskz_loadu_ps(m, u + i)));
-    }
-}
-
-static void add(float *y, const float *x, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
-
-static void to_f16(const float *x, uint16_t *h, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(h + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm256_mask_storeu_epi16(h + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-}
-
-static inline __m512 load_f16(const uint16_t *h, __mmask16 m) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h));
-}
-
-static float dot_f16(const float *a, const uint16_t *h, int n) {
-    __m512 acc = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_f16(h + i, 0xFFFF), acc);
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), load_f16(h + i, m), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
-    const __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load_f16(h + i, 0xFFFF), _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, load_f16(h + i, m), _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
 const bn_kernels bn_kernels_avx512 = {
     .name = "avx512", .ternary_matmul = ternary_matmul, .ternary5_matmul = ternary5_matmul, .unpack5 = unpack5_best,
-    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, .dot = dot, .axpy = axpy, .sumsq = sumsq,
-    .absmax = absmax, .quantize = quantize, .norm_apply = norm_apply, .relu2_mul = relu2_mul, .add = add,
-    .to_f16 = to_f16, .dot_f16 = dot_f16, .axpy_f16 = axpy_f16, .norm_quant = norm_quant,
+    .int8_matmul = int8_matmul, .bf16_matmul = bf16_matmul, BN_VECTOR_ENTRIES(bn_avx512_), BN_X86_SHARED_ENTRIES,
 };

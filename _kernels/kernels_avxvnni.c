@@ -13,11 +13,7 @@
  * AVX2 instructions that give exactly its sums for every operand (dpbusd_avx2), so every line of these kernels is
  * tested on any AVX2 machine, not only on the CPUs that have the instruction; only the instruction itself is not.
  */
-#include <immintrin.h>
-#include <string.h>
-
-#include "kernels.h"
-#include "token_blocks.h"
+#include "kernels_x86.h"
 
 #ifdef BN_VNNI_EMULATED
 /* vpdpbusd in AVX2, exact for every operand: vpmaddubsw saturates a pair of u8 x s8 products at 16 bits, so the u8
@@ -36,12 +32,6 @@ static inline __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
 #define VNNI_FN(name) bn_avxvnni_##name
 #endif
 
-static inline int32_t load_i32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* One token through a whole 16-row tile (decode): both halves per 64-byte line, and one accumulator per code
  * field and half (8 in all), so consecutive vpdpbusd do not wait for each other (latency 5, two per cycle). */
 static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const float *row_scale, int32_t xsum,
@@ -51,7 +41,7 @@ static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, const
 #pragma GCC unroll 4
     for (int f = 0; f < 4; f++) a[f][0] = a[f][1] = _mm256_setzero_si256();
     for (int g = 0; g < groups; g++) {
-        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
         _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
         const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
         const __m256i q = _mm256_loadu_si256((const __m256i *)(wt + g * 64 + 32));
@@ -81,7 +71,7 @@ static inline __attribute__((always_inline)) void ternary_half(
 #pragma GCC unroll 8
     for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
     for (int g = 0; g < groups; g++) {
-        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_BLOCK_PREFETCH_BYTES), _MM_HINT_T0);
         const __m256i p = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
         const __m256i w0 = _mm256_and_si256(p, m3), w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), m3);
         const __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), m3), w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), m3);
@@ -107,7 +97,7 @@ static inline __attribute__((always_inline)) void int8_half(
 #pragma GCC unroll 8
     for (int b = 0; b < TOKENS_PER_BLOCK; b++) acc[b] = _mm256_setzero_si256();
     for (int g = 0; g < groups; g++) {
-        _mm_prefetch((const char *)(wt + g * 64 + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_BLOCK_PREFETCH_BYTES), _MM_HINT_T0);
         const __m256i w = _mm256_loadu_si256((const __m256i *)(wt + g * 64));
 #pragma GCC unroll 8
         for (int b = 0; b < bt; b++) {
@@ -132,8 +122,8 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0; /* a: even groups, b: odd groups */
     int g = 0;
     for (; g + 2 <= groups; g += 2) {
-        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
-        _mm_prefetch((const char *)(wt + g * 64 + 2048 + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES + 64), _MM_HINT_T0);
         const __m256i x0 = INT8_X(_mm256_set1_epi32(load_i32(x + g * 4)));
         const __m256i x1 = INT8_X(_mm256_set1_epi32(load_i32(x + g * 4 + 4)));
         a0 = DPBUSD(a0, x0, _mm256_loadu_si256((const __m256i *)(wt + g * 64)));
@@ -156,7 +146,27 @@ static void int8_tile_1(const int8_t *wt, int groups, const int8_t *x, const flo
     }
 }
 
-#include "tile_walk.h" /* ternary_walk, int8_walk: the matmuls, from the four kernels above */
+#include "tile_walk.h" /* ternary_walk_1, int8_walk: from the kernels above */
+
+/* kernels.h ternary_matmul from ternary_tile_1 (one token) and ternary_half (each half of a tile for each block of
+ * tokens) above */
+static void ternary_walk(const uint8_t *codes, int kp, const float *row_scale, const int8_t *xq,
+                         const int32_t *xsum, const float *xinv, int T, int n0, int n1, float *y, int ldy) {
+    if (T == 1) {
+        ternary_walk_1(codes, kp, row_scale, xq, xsum, xinv, n0, n1, y);
+        return;
+    }
+    const int groups = kp / 16;
+    for (int tile = n0 / 16; tile < n1 / 16; tile++)
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *wt = codes + (size_t)tile * groups * 64 + half * 32;
+            const int row0 = tile * 16 + half * 8;
+#define TERNARY_CALL(BT) \
+    ternary_half(wt, groups, xq + (size_t)t0 * kp, kp, BT, row_scale + row0, xsum + t0, xinv + t0, y + (size_t)t0 * ldy + row0, ldy)
+            DISPATCH_BLOCKS(TERNARY_CALL)
+#undef TERNARY_CALL
+        }
+}
 
 /* One token through a whole 16-row tile of 1.6-bit codes (5 a byte): the AVX-512 kernel's sums (kernels_avx512.c
  * ternary5_tile_1: 256 x codes . x = 3 sum t_d . x_d - sum t_{d+1} . x_d, two vpdpbusd per digit) on both halves,
@@ -182,7 +192,7 @@ static void ternary5_tile_1(const uint8_t *wt, int kp, const int8_t *x, const fl
     __m256i a[2][2], b[2][2]; /* [even / odd digit][half] */
     a[0][0] = a[0][1] = a[1][0] = a[1][1] = b[0][0] = b[0][1] = b[1][0] = b[1][1] = _mm256_setzero_si256();
     for (int g = 0; g < full; g++) {
-        _mm_prefetch((const char *)(wt + g * 64 + 2048), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wt + g * 64 + BN_STREAM_PREFETCH_BYTES), _MM_HINT_T0);
         _mm_prefetch((const char *)(wt + g * 64 + BN_FAR_PREFETCH_BYTES), _MM_HINT_T1); /* and into L2 (kernels.h) */
         ternary5_group(wt + (size_t)g * 64, x + 20 * g, BN_TRIT5_QUADS, a, b);
     }

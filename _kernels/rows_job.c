@@ -12,7 +12,7 @@
 #include "kernels.h"
 #include "pool.h"
 
-const bn_kernels *bn_engine_kernels(const bn_engine *e); /* forward.c */
+const bn_kernels *bn_engine_kernels(const bn_engine *e); /* engine_api.c */
 bn_pool *bn_engine_pool(bn_engine *e);
 
 typedef struct {

@@ -1,7 +1,7 @@
 /* One random draw per logit row, after temperature, top-k and top-p: what bitnet_app/decode/sampling.py
  * Sampler._draw and _candidates state in numpy (the reference the tests compare with), without a numpy call per
- * step of it (a diffusion step samples up to a sub-block of rows; numpy spent ~80 µs per row of a 4k vocabulary
- * on call overhead alone, more than the demo model's forward).
+ * step of it (a diffusion step samples up to a sub-block of rows, and numpy's call overhead per row is more than
+ * the demo model's forward).
  *
  * Per row x (V,) float32, with banned ids already -inf, and a uniform u in [0, 1):
  *   z = x / temperature (double)
@@ -20,7 +20,7 @@
  * reference.
  * The nucleus is found without sorting the pool: the weights are binned by their binary exponent, and only the
  * ids of the bins whose mass reaches top_p (one more bin for rounding) are sorted (a stable radix sort: qsort's
- * callbacks took ~0.3 ms for the ~3,000 candidates of a flat row). A banned (-inf) id stays in the pool with
+ * callbacks would cost more than the sort). A banned (-inf) id stays in the pool with
  * weight 0 when it is the only kind of non-finite entry, and never reaches the kept ids. */
 #include <math.h>
 #include <stdint.h>
@@ -105,7 +105,7 @@ static double select_rank(double *v, int n, int t) {
 
 /* The bin of w in (0, 1] from its exponent bits: [0.5, 1] -> 0, [0.25, 0.5) -> 1, ...; 0 -> the last bin. */
 /* Up to this top_k, the k-th largest comes from one pass with a min-heap of the k largest (most entries lose one
- * comparison with its root), not from a quickselect over a copy of the whole row (1.1 ms at 128k ids). */
+ * comparison with its root), not from a quickselect over a copy of the whole row. */
 #define SMALL_TOP_K 1024
 
 /* The k-th largest of x[0, n) (0 < k < n), counting equal values apart, as numpy's partition; heap: k floats. */
@@ -155,16 +155,6 @@ typedef struct {
     size_t V;
 } scratch;
 
-/* sum of w[0, n) in four chains (one would wait for each add before the next: ~4 cycles a weight) */
-static double sum4(const double *w, int n) {
-    double a[4] = {0.0, 0.0, 0.0, 0.0};
-    int j = 0;
-    for (; j + 4 <= n; j += 4)
-        for (int c = 0; c < 4; c++) a[c] += w[j + c];
-    for (; j < n; j++) a[j & 3] += w[j];
-    return (a[0] + a[1]) + (a[2] + a[3]);
-}
-
 /* Weights binned by exponent go into MASS_COPIES copies of the bins in turn: a bin's sum in one copy would wait
  * for the add before it (through memory: ~9 cycles) whenever consecutive weights share a bin, as they mostly do. */
 #define MASS_COPIES 8
@@ -182,7 +172,8 @@ static int reach(double mass[MASS_COPIES][EXPONENT_BINS], int bins, double goal)
 static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, double top_p, double total, int zeros);
 
 /* s->w[j] = exp(z[pool[j]] - top) for the n ids of the pool, returning their sum: through the table's vector
- * exponential (the pool gathered into s->tmp unless it is every id in order), else libm's and sum4, the reference.
+ * exponential (the pool gathered into s->tmp unless it is every id in order), else kernels_fallback.c's libm loop,
+ * the reference.
  * top = -inf (every entry -inf): numpy's nan, here uniform weights. */
 static double pool_weights(const bn_kernels *k, scratch *s, int n, double top) {
     if (!isfinite(top)) {
@@ -194,34 +185,7 @@ static double pool_weights(const bn_kernels *k, scratch *s, int n, double top) {
         for (int j = 0; j < n; j++) s->tmp[j] = z[s->pool[j]];
         z = s->tmp;
     }
-    if (k->exp_shifted) return k->exp_shifted(z, top, s->w, n);
-    for (int j = 0; j < n; j++) s->w[j] = exp(z[j] - top);
-    return sum4(s->w, n);
-}
-
-/* z = x * inv_t (double) for one row; returns z's largest entry (NaN ignored), counts the -inf entries and those that
- * are NaN or +inf (the reference of the table's scale_row). */
-static double scale_row_ref(const float *x, int V, double inv_t, double *z, int *n_neginf, int *n_bad) {
-    double top = -INFINITY;
-    int neg = 0, bad = 0;
-    for (int i = 0; i < V; i++) {
-        const double v = (double)x[i] * inv_t;
-        z[i] = v;
-        top = v > top ? v : top;
-        neg += v == -INFINITY;
-        bad += !(v - v == 0.0) && v != -INFINITY; /* v - v is NaN for NaN and +-inf */
-    }
-    *n_neginf = neg;
-    *n_bad = bad;
-    return top;
-}
-
-/* The j (ascending) with w[j] >= t into out; returns how many (the reference of the table's select_at_least). */
-static int select_at_least_ref(const double *w, int n, double t, int *out) {
-    int m = 0;
-    for (int j = 0; j < n; j++)
-        if (w[j] >= t) out[m++] = j;
-    return m;
+    return (k->exp_shifted ? k->exp_shifted : bn_fallback_exp_shifted)(z, top, s->w, n);
 }
 
 /* The kept ids of one row (ascending) into s->kept with their weights in s->w (indexed like kept); returns how
@@ -285,7 +249,7 @@ static int nucleus(const bn_kernels *k, scratch *s, const float *x, int n, doubl
     const double heavy = 1.0 / (double)(1 << HEAVY_BINS), goal = top_p * total * (1.0 + 1e-12);
     double mass[MASS_COPIES][EXPONENT_BINS] = {{0}};
     int *places = s->kept; /* the places in the pool of the candidates, ascending (kept is written last) */
-    const int n_heavy = (k->select_at_least ? k->select_at_least : select_at_least_ref)(s->w, n, heavy, places);
+    const int n_heavy = (k->select_at_least ? k->select_at_least : bn_fallback_select_at_least)(s->w, n, heavy, places);
     for (int i = 0; i < n_heavy; i++) {
         const int j = places[i];
         s->bin[j] = (uint8_t)exponent_bin(s->w[j]);
@@ -354,7 +318,7 @@ int bn_sample_rows(const bn_kernels *k, const float *x, int R, int V, double tem
         }
         const double inv_t = 1.0 / temperature; /* a product, not numpy's quotient: at most 1 ulp apart, 3x faster */
         int n_neginf = 0, n_bad = 0;
-        const double top = (k->scale_row ? k->scale_row : scale_row_ref)(row, V, inv_t, s.z, &n_neginf, &n_bad);
+        const double top = (k->scale_row ? k->scale_row : bn_fallback_scale_row)(row, V, inv_t, s.z, &n_neginf, &n_bad);
         const int m = keep_ids(k, &s, row, V, top_k, top_p, top, V - n_neginf - n_bad, n_neginf);
         if (m == 0) { /* only NaN logits make every comparison false: take the largest z (or id 0), never crash */
             int best = 0;

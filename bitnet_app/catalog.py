@@ -18,7 +18,7 @@ The arithmetic, per model (body = the seven ternary projections of every layer):
     per token    the bytes one decode step streams: the ternary tiles + the int8 head (V x D); the KV cache read is
                  extra and grows with the conversation (not counted)
     expected     read roof / bytes per token: the ceiling a decode step can reach (the engine reaches 86..94% of
-                 it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md, session 7)
+                 it on AVX2 for 2B-4T and the Llama-family shapes, benchmarks/BENCHMARKS.md)
 Every figure is an estimate from the published shapes, not a measurement of the model; shapes marked
 `verified=False` are that reference's best estimate (no config.json was seen). A model's family (its rules,
 among them whether its head is tied) is its record in checkpoint/families.py.

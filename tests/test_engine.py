@@ -90,7 +90,7 @@ def test_incremental_decode_equals_one_pass(tiny, isa):
 def test_the_thread_count_changes_no_logit(tiny_hd16, isa):
     """1, 2 and 3 threads give bit-identical logits, for one token and for batches that the engine splits between
     the threads by rows of each matrix (few tokens) or by tokens (a small model's batch of >= 2 per thread), causal
-    and block attention, also where each thread takes one run of tokens through every layer (forward.c
+    and block attention, also where each thread takes one run of tokens through every layer (schedule.c
     fold_causal, waiting only for the K/V of the runs before it). Each thread owns a range of every stage's items
     and takes the rest of the others'; a token's integer sums and float steps are the same whichever thread runs it."""
     ef, _ = tiny_hd16
@@ -126,7 +126,7 @@ def test_a_forward_leaves_the_callers_float_mode_as_it_was(tiny):
 
 
 def test_the_simd_paths_give_the_same_logits_bit_for_bit(tiny_hd16):
-    """The SIMD paths share their float code (kernels_avx2.c's attention and fused steps) and their integer sums
+    """The SIMD paths share their float code (kernels_x86_attention.c, kernels_avx2_vector.c's silu) and their integer sums
     are exact, so AVX2, AVX-VNNI, AVX512-VNNI and AMX (and the emulated kernels) give identical logits: decode,
     a prefill long enough for the AMX tiles (>= 8 tokens per call) and a diffusion block. (The portable path sums
     its attention in another order.)"""

@@ -229,7 +229,7 @@ def test_fp16_conversion_matches_numpy(isa, n):
 @pytest.mark.parametrize("case", ["normal", "tiny", "spiky"])
 def test_fused_norm_quant_is_the_composition_bit_for_bit(isa, n, case):
     """A path's fused norm_quant gives the q, sum(q) and 1/scale of its own sumsq, norm_apply, absmax and quantize
-    as forward.c composes them (paths without one run that composition): the logits do not depend on whether a
+    as layer.c composes them (paths without one run that composition): the logits do not depend on whether a
     path fuses the passes. AVX2 and AVX-512 fuse them."""
     rng = np.random.default_rng(n)
     x = rng.standard_normal(n).astype(np.float32) * (1e-7 if case == "tiny" else 3.0)

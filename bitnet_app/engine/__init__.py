@@ -4,9 +4,11 @@ The engine itself is C, in _kernels/ at the top of the repository; Python reache
 (the tests reach single kernels through a second):
 
     _kernels/*.c, *.h   bitnet.h       the C API and the shape letters (D, I, L, H, G, hd, V, T, C)
-                        forward.c      the layer maths of one forward (read it beside reference.py), bn_forward
+                        engine_api.c   create, free and bn_forward, which calls (each file only those below it)
                         schedule.c     which items of each stage run on which thread (pool.c: the threads)
-                        dispatch.c     the kernel path for this CPU; kernels_<isa>.c: one file per path
+                        layer.c        the layer maths of each step; forward.c: the whole forward serially, in
+                                       the order of the maths (read it beside reference.py)
+                        dispatch.c     the kernel path for this CPU; kernels_<isa>*.c: its files, one per concern
                         greedy.c, sample.c, rows_job.c   the sampler's rows; roof.c: the machine's read roof
                         tiles5.c       1.6-bit tiles for a batch; thread_buffer.c: the kernels' per-thread scratch
     _kernels/engine.pyx  --setup.py-->  bitnet_app._engine: CEngine (one C call per forward, the GIL released),

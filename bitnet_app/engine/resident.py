@@ -2,8 +2,8 @@
 
 A decode step reads every ternary tile and the whole head once. Read from the engine file's mmap (the page
 cache: 4 KB pages) that stream walks a new page every 4 KB and misses the TLB; from 2 MB pages it rarely does.
-Measured on an AMD EPYC Zen 3 (AVX2, 2 threads, 2B-4T shape, int8 head): decode 22.0 -> 26.2 tok/s; the read
-roof itself rises from ~25 to ~28 GB/s with 2 MB pages (benchmarks/ceilings/readbw.c measures both).
+So decode runs faster, and the read roof itself is higher with 2 MB pages (benchmarks/ceilings/readbw.c measures
+both; the figures are in benchmarks/HISTORY.md).
 
 What it costs: the copied bytes in RAM next to the file's page cache (which the OS may drop), and one read of
 them when the engine opens (~0.3 s per GB from the page cache). They are read from the file (not copied from
