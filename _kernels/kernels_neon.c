@@ -12,9 +12,38 @@
 #include <math.h>
 #include <string.h>
 
+/* One token (decode): rows 4r, 4r+1 (lo[r]) and 4r+2, 4r+3 (hi[r]) in registers. */
+static void ternary_tile_1(const uint8_t *wt, int groups, const int8_t *x, int32_t acc[16]) {
+    int32x4_t lo[4], hi[4];
+    for (int r = 0; r < 4; r++) lo[r] = hi[r] = vdupq_n_s32(0);
+    for (int g = 0; g < groups; g++) {
+        const int32x4_t x16 = vreinterpretq_s32_s8(vld1q_s8(x + 16 * g));
+        const int8x16_t x0 = vreinterpretq_s8_s32(vdupq_laneq_s32(x16, 0)), x1 = vreinterpretq_s8_s32(vdupq_laneq_s32(x16, 1));
+        const int8x16_t x2 = vreinterpretq_s8_s32(vdupq_laneq_s32(x16, 2)), x3 = vreinterpretq_s8_s32(vdupq_laneq_s32(x16, 3));
+        for (int r = 0; r < 4; r++) {
+            int8x16_t f[4];
+            bn_neon_fields(vld1q_u8(wt + g * 64 + 16 * r), f);
+            int16x8_t pl = vmull_s8(vget_low_s8(f[0]), vget_low_s8(x0)), ph = vmull_high_s8(f[0], x0);
+            pl = vmlal_s8(pl, vget_low_s8(f[1]), vget_low_s8(x1));
+            ph = vmlal_high_s8(ph, f[1], x1);
+            pl = vmlal_s8(pl, vget_low_s8(f[2]), vget_low_s8(x2));
+            ph = vmlal_high_s8(ph, f[2], x2);
+            pl = vmlal_s8(pl, vget_low_s8(f[3]), vget_low_s8(x3));
+            ph = vmlal_high_s8(ph, f[3], x3);
+            lo[r] = vpadalq_s16(lo[r], pl);
+            hi[r] = vpadalq_s16(hi[r], ph);
+        }
+    }
+    for (int r = 0; r < 4; r++) vst1q_s32(acc + 4 * r, vpaddq_s32(lo[r], hi[r]));
+}
+
 /* The int32 sums of one 2-bit ternary tile (16 rows) for nt tokens. acc2[t][r] holds rows 4r, 4r+1 as
  * [row 4r cols j0+j1, j2+j3, row 4r+1 ...] (lo) and rows 4r+2, 4r+3 (hi); vpaddq_s32 puts them in row order. */
 static void ternary_tile(const uint8_t *wt, int groups, const int8_t *x, int kp, int nt, int32_t acc[][16]) {
+    if (nt == 1) {
+        ternary_tile_1(wt, groups, x, acc[0]);
+        return;
+    }
     int32x4_t lo[BN_NEON_BLOCK][4], hi[BN_NEON_BLOCK][4];
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < 4; r++) lo[t][r] = hi[t][r] = vdupq_n_s32(0);

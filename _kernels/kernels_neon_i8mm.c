@@ -38,11 +38,13 @@ static void store_pairs(int32x4_t sums[PAIRS][8], int nt, int32_t acc[][16]) {
         }
 }
 
-/* One 2-bit tile (16 rows) by nt (2..BN_NEON_BLOCK) tokens: per group and half h (columns 8h..8h+7), fields 2h and
- * 2h + 1 zipped into 8 blocks of 2 rows, each multiplied by every token pair. */
-static void ternary_tile(const uint8_t *wt, int groups, const int8_t *x, int kp, int nt, int32_t acc[][16]) {
+/* One 2-bit tile (16 rows) by nt (1..BN_NEON_BLOCK) tokens in NP token pairs (a constant where inlined: the sums stay
+ * in registers): per group and half h (columns 8h..8h+7), fields 2h and 2h + 1 zipped into 8 blocks of 2 rows, each
+ * multiplied by every token pair. */
+static inline __attribute__((always_inline)) void ternary_pairs(const uint8_t *wt, int groups, const int8_t *x,
+                                                                int kp, int nt, const int NP, int32_t acc[][16]) {
     int32x4_t sums[PAIRS][8];
-    for (int p = 0; p < PAIRS; p++)
+    for (int p = 0; p < NP; p++)
         for (int rp = 0; rp < 8; rp++) sums[p][rp] = vdupq_n_s32(0);
     for (int g = 0; g < groups; g++) {
         int8x16_t f[4][4];
@@ -54,7 +56,7 @@ static void ternary_tile(const uint8_t *wt, int groups, const int8_t *x, int kp,
                 a[2 * r] = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
                 a[2 * r + 1] = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
             }
-            for (int p = 0; 2 * p < nt; p++) {
+            for (int p = 0; p < NP; p++) {
                 const int8x16_t b = token_pair(x, kp, 2 * p, nt, 16 * g + 8 * h);
                 for (int rp = 0; rp < 8; rp++) sums[p][rp] = vmmlaq_s32(sums[p][rp], a[rp], b);
             }
@@ -63,10 +65,18 @@ static void ternary_tile(const uint8_t *wt, int groups, const int8_t *x, int kp,
     store_pairs(sums, nt, acc);
 }
 
+static void ternary_tile(const uint8_t *wt, int groups, const int8_t *x, int kp, int nt, int32_t acc[][16]) {
+    if (nt <= 2)
+        ternary_pairs(wt, groups, x, kp, nt, 1, acc);
+    else
+        ternary_pairs(wt, groups, x, kp, nt, PAIRS, acc);
+}
+
 /* The int8 head: int8 groups g and g + 1 (columns 4g..4g+7) zipped into the 2x8 blocks; groups = kp / 4 is even. */
-static void int8_tile(const int8_t *wt, int groups, const int8_t *x, int kp, int nt, int32_t acc[][16]) {
+static inline __attribute__((always_inline)) void int8_pairs(const int8_t *wt, int groups, const int8_t *x, int kp,
+                                                             int nt, const int NP, int32_t acc[][16]) {
     int32x4_t sums[PAIRS][8];
-    for (int p = 0; p < PAIRS; p++)
+    for (int p = 0; p < NP; p++)
         for (int rp = 0; rp < 8; rp++) sums[p][rp] = vdupq_n_s32(0);
     for (int g = 0; g < groups; g += 2) {
         int8x16_t a[8];
@@ -76,12 +86,19 @@ static void int8_tile(const int8_t *wt, int groups, const int8_t *x, int kp, int
             a[2 * r] = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
             a[2 * r + 1] = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
         }
-        for (int p = 0; 2 * p < nt; p++) {
+        for (int p = 0; p < NP; p++) {
             const int8x16_t b = token_pair(x, kp, 2 * p, nt, 4 * g);
             for (int rp = 0; rp < 8; rp++) sums[p][rp] = vmmlaq_s32(sums[p][rp], a[rp], b);
         }
     }
     store_pairs(sums, nt, acc);
+}
+
+static void int8_tile(const int8_t *wt, int groups, const int8_t *x, int kp, int nt, int32_t acc[][16]) {
+    if (nt <= 2)
+        int8_pairs(wt, groups, x, kp, nt, 1, acc);
+    else
+        int8_pairs(wt, groups, x, kp, nt, PAIRS, acc);
 }
 
 BN_NEON_MATMULS(ternary_tile, int8_tile)
