@@ -5,8 +5,9 @@
 #   neoverse-n1 (ARMv8.2: dot product)           -> neon-dotprod
 #   max         (dot product, i8mm, SVE ...)     -> neon-i8mm
 # On each: tests/test_kernels.py and tests/test_engine.py (every path the emulated CPU runs: the NEON ones and the
-# portable one, against numpy and the numpy reference model), and the demo model's greedy replies to its suggested
-# prompts, which must equal the x86 host's. Everything it needs is installed from nothing by .ci/arm64_env.sh and
+# portable one, against numpy and the numpy reference model; on max also tests/test_sampling.py, the sampler's row
+# passes on each NEON path), and the demo model's greedy replies to its suggested skill prompts, which must equal the
+# x86 host's. Everything it needs is installed from nothing by .ci/arm64_env.sh and
 # cached outside the checkout ($ARM64_CACHE, default /var/cache/bitnet-arm64).
 # Usage: .ci/arm64_stage.sh [PYTHON]  (the host's Python 3.11 with the project's test dependencies)
 set -euo pipefail
@@ -44,14 +45,18 @@ DESELECT=(--deselect tests/test_kernels.py::test_ternary5_kernels_without_vbmi_a
           --deselect tests/test_engine.py::test_bitnet_threads_out_of_range_is_an_error_not_a_crash)
 for pair in cortex-a53:neon neoverse-n1:neon-dotprod max:neon-i8mm; do
     model="${pair%%:*}" want="${pair#*:}"
-    ONLY_ONE_SIMD_PATH=()
+    ONLY_ONE_SIMD_PATH=() SAMPLER=()
+    if [ "$want" = neon-i8mm ]; then  # the one CPU that runs all three NEON paths: the sampler's row passes on each
+        SAMPLER=(tests/test_sampling.py)
+    fi
     if [ "$want" = neon ]; then  # the comparison of the SIMD paths' logits needs two of them: neoverse-n1 and max run it
         ONLY_ONE_SIMD_PATH=(--deselect tests/test_engine.py::test_the_simd_paths_give_the_same_logits_bit_for_bit)
     fi
     echo "== qemu-aarch64 -cpu $model: the automatic kernel path must be $want $(since)"
     arm "$model" -c "from bitnet_app import _engine; p = _engine.kernel_name(''); assert p == '$want', p; print('$model ->', p)"
-    echo "== qemu-aarch64 -cpu $model: tests/test_kernels.py tests/test_engine.py $(since)"
-    arm "$model" -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_engine.py "${DESELECT[@]}" \
+    echo "== qemu-aarch64 -cpu $model: tests/test_kernels.py tests/test_engine.py ${SAMPLER[*]-} $(since)"
+    arm "$model" -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_engine.py ${SAMPLER[@]+"${SAMPLER[@]}"} \
+        "${DESELECT[@]}" \
         ${ONLY_ONE_SIMD_PATH[@]+"${ONLY_ONE_SIMD_PATH[@]}"}
     echo "== qemu-aarch64 -cpu $model: the demo model's greedy replies equal the x86 ones $(since)"
     arm "$model" .ci/demo_replies.py "$WORK/demo.bitnet" > "$WORK/replies-$model.json"

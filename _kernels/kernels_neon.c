@@ -270,6 +270,84 @@ static void axpy_f16(float a, const uint16_t *h, float *y, int n) {
     for (; i < n; i++) y[i] += a * half1(h[i]);
 }
 
+/* The sampler's and the greedy choice's row passes (greedy.c, sample.c: their plain loops are the reference, and these
+ * give the same results: the same comparisons, each lane in order, then the lanes in order). */
+
+/* The largest of x[0, n) and its first index: per lane, the first of its largest (an entry replaces the lane's only
+ * when greater, so NaN never does, and a NaN x[0] stays: as the plain loop, which returns x[0] then), then the first
+ * index that holds the largest value. */
+static float max_first(const float *x, int n, int *arg) {
+    float m = x[0];
+    int i = 0;
+    if (n >= 8) {
+        float32x4_t m0 = vdupq_n_f32(x[0]), m1 = m0;
+        for (; i + 8 <= n; i += 8) {
+            const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
+            m0 = vbslq_f32(vcgtq_f32(a, m0), a, m0);
+            m1 = vbslq_f32(vcgtq_f32(b, m1), b, m1);
+        }
+        float lanes[8];
+        vst1q_f32(lanes, m0);
+        vst1q_f32(lanes + 4, m1);
+        for (int l = 0; l < 8; l++) m = lanes[l] > m ? lanes[l] : m;
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    if (m != m) { /* NaN: only where x[0] is NaN, which the plain loop keeps */
+        *arg = 0;
+        return x[0];
+    }
+    int a = 0;
+    while (!(x[a] == m)) a++; /* the first entry equal to the largest (0.0 == -0.0, as the plain loop's ties) */
+    *arg = a;
+    return x[a];
+}
+
+/* z[i] = x[i] * inv_t in double; the largest z (NaN ignored, -inf if none; where the largest is a zero, its sign may
+ * differ from the plain loop's, which the sampler's z - top cannot see), the count of -inf and of NaN or +inf */
+static double scale_row(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) {
+    const float64x2_t neg_inf = vdupq_n_f64(-INFINITY), zero = vdupq_n_f64(0.0);
+    float64x2_t top = neg_inf;
+    int64x2_t neg = vdupq_n_s64(0), finite = vdupq_n_s64(0); /* masks are -1 where true: subtract them */
+    int i = 0;
+    for (; i + 2 <= n; i += 2) {
+        const float64x2_t v = vmulq_n_f64(vcvt_f64_f32(vld1_f32(x + i)), inv_t);
+        vst1q_f64(z + i, v);
+        top = vbslq_f64(vcgtq_f64(v, top), v, top);
+        neg = vsubq_s64(neg, vreinterpretq_s64_u64(vceqq_f64(v, neg_inf)));
+        /* v - v == 0 fails for NaN and +-inf */
+        finite = vsubq_s64(finite, vreinterpretq_s64_u64(vceqq_f64(vsubq_f64(v, v), zero)));
+    }
+    double t = vgetq_lane_f64(top, 0);
+    t = vgetq_lane_f64(top, 1) > t ? vgetq_lane_f64(top, 1) : t;
+    int n_neg = (int)(vgetq_lane_s64(neg, 0) + vgetq_lane_s64(neg, 1));
+    int n_nonfinite = i - (int)(vgetq_lane_s64(finite, 0) + vgetq_lane_s64(finite, 1));
+    for (; i < n; i++) {
+        const double v = (double)x[i] * inv_t;
+        z[i] = v;
+        t = v > t ? v : t;
+        n_neg += v == -INFINITY;
+        n_nonfinite += !(v - v == 0.0);
+    }
+    *n_neginf = n_neg;
+    *n_bad = n_nonfinite - n_neg;
+    return t;
+}
+
+/* The j (ascending) with w[j] >= t: four at a time compared, most of a row's weights falling short */
+static int select_at_least(const double *w, int n, double t, int *out) {
+    const float64x2_t tt = vdupq_n_f64(t);
+    int m = 0, j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const uint64x2_t a = vcgeq_f64(vld1q_f64(w + j), tt), b = vcgeq_f64(vld1q_f64(w + j + 2), tt);
+        if (!(vgetq_lane_u64(vorrq_u64(a, b), 0) | vgetq_lane_u64(vorrq_u64(a, b), 1))) continue;
+        for (int l = 0; l < 4; l++)
+            if (w[j + l] >= t) out[m++] = j + l;
+    }
+    for (; j < n; j++)
+        if (w[j] >= t) out[m++] = j;
+    return m;
+}
+
 void bn_neon_fill(bn_kernels *k) {
     k->ternary_matmul = ternary_matmul;
     k->ternary5_matmul = ternary5_matmul;
@@ -288,4 +366,7 @@ void bn_neon_fill(bn_kernels *k) {
     k->to_f16 = to_f16;
     k->dot_f16 = dot_f16;
     k->axpy_f16 = axpy_f16;
+    k->max_first = max_first;
+    k->scale_row = scale_row;
+    k->select_at_least = select_at_least;
 }
