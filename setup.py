@@ -48,6 +48,10 @@ ARM_MACRO_IF_MISSING = {"kernels_neon_dotprod.c": "BN_NO_NEON_DOTPROD", "kernels
 NO_CONTRACT = ["-ffp-contract=off"]
 GENERIC = ["forward.c", "schedule.c", "pool.c", "dispatch.c", "kernels_portable.c", "roof.c", "greedy.c",
            "sample.c", "rows_job.c", "tiles5.c", "thread_buffer.c", "trit5_windows.c", "platform.c"]
+# macOS: a universal2 Python (python.org's installer) compiles for arm64 and x86_64 at once unless ARCHFLAGS says
+# otherwise, and each kernel file is for one architecture: build for this Mac's (setuptools reads ARCHFLAGS).
+if sys.platform == "darwin" and "ARCHFLAGS" not in os.environ:
+    os.environ["ARCHFLAGS"] = "-arch " + platform.machine()
 NO_COMPILER = ("A C compiler is needed to build the BitNet engine. Install one (Debian/Ubuntu: "
                "`apt-get install gcc`, Fedora: `dnf install gcc`, macOS: `xcode-select --install`) and retry.")
 
