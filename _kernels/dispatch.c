@@ -1,14 +1,13 @@
 /* Run-time choice of the kernel path: the best one the CPU (and OS) supports, or a forced one.
- * Order of preference: AMX (with AVX512-VNNI), AVX512-VNNI, AVX-VNNI (256-bit vpdpbusd, CPUs without AVX-512), AVX2,
- * portable C. */
+ * Order of preference: on x86, AMX (with AVX512-VNNI), AVX512-VNNI, AVX-VNNI (256-bit vpdpbusd, CPUs without
+ * AVX-512), AVX2; on aarch64, NEON with i8mm, NEON with the dot product, NEON; then portable C. What the OS says
+ * about the CPU comes from platform.c. */
 #include <pthread.h>
 #include <string.h>
-#ifdef __linux__
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 #include "kernels.h"
+#include "kernels_neon.h"
+#include "platform.h"
 
 #ifdef BN_HAVE_X86
 #include <cpuid.h>
@@ -31,20 +30,19 @@ static int has_avx_vnni(void) {
 }
 
 /* AMX-INT8: CPUID leaf 7 EDX bits 24 (tiles) and 25 (int8 multiplies), the OS saving the tile state (XCR0 bits 17
- * and 18), and Linux's permission for this process to use the tile data (asked once; it holds for all threads). */
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
+ * and 18), and the OS's permission for this process to use the tile data (platform.c: asked once; it holds for all
+ * threads). */
 static int amx_usable;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static void probe_amx(void) {
-#if defined(__linux__) && !defined(BN_NO_AMX)
+#ifndef BN_NO_AMX
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!has_avx512_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1))
         return;
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & (3u << 17)) != (3u << 17)) return;
-    amx_usable = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    amx_usable = bn_os_permits_amx();
 #endif
 }
 
@@ -114,8 +112,49 @@ static const bn_kernels *avxvnni(int emulated) {
 }
 #endif
 
+#ifdef BN_HAVE_NEON
+/* The NEON tables: the portable table with kernels_neon.c's entries over it, then the dot product's and i8mm's
+ * matmuls over that (kernels_neon_dotprod.c, kernels_neon_i8mm.c), built once. */
+static bn_kernels neon_table, dotprod_table, i8mm_table;
+static pthread_once_t neon_once = PTHREAD_ONCE_INIT;
+static void build_neon_tables(void) {
+    neon_table = bn_kernels_portable;
+    bn_neon_fill(&neon_table);
+    neon_table.name = "neon";
+#ifndef BN_NO_NEON_DOTPROD
+    dotprod_table = neon_table;
+    bn_neon_dotprod_fill(&dotprod_table);
+    dotprod_table.name = "neon-dotprod";
+#endif
+#ifndef BN_NO_NEON_I8MM
+    i8mm_table = dotprod_table;
+    bn_neon_i8mm_fill(&i8mm_table);
+    i8mm_table.name = "neon-i8mm";
+#endif
+}
+static const bn_kernels *neon_tables(void) {
+    pthread_once(&neon_once, build_neon_tables);
+    return &neon_table;
+}
+#endif
+
 /* One getter per path: its table, or NULL where this CPU (or this build) cannot run it. */
 static const bn_kernels *path_portable(void) { return &bn_kernels_portable; }
+#ifdef BN_HAVE_NEON
+static const bn_kernels *path_neon(void) { return neon_tables(); }
+static const bn_kernels *path_neon_dotprod(void) {
+#ifndef BN_NO_NEON_DOTPROD
+    if (bn_cpu_has_dotprod()) return (void)neon_tables(), &dotprod_table;
+#endif
+    return NULL;
+}
+static const bn_kernels *path_neon_i8mm(void) {
+#if !defined(BN_NO_NEON_DOTPROD) && !defined(BN_NO_NEON_I8MM)
+    if (bn_cpu_has_dotprod() && bn_cpu_has_i8mm()) return (void)neon_tables(), &i8mm_table;
+#endif
+    return NULL;
+}
+#endif
 #ifdef BN_HAVE_X86
 static const bn_kernels *path_amx(void) { return amx(0); }
 static const bn_kernels *path_avx512(void) { return avx512(); }
@@ -123,14 +162,22 @@ static const bn_kernels *path_avxvnni(void) { return avxvnni(0); }
 static const bn_kernels *path_avx2(void) { return has_avx2() ? &bn_kernels_avx2 : NULL; }
 static const bn_kernels *path_avxvnni_emulated(void) { return avxvnni(1); }
 static const bn_kernels *path_amx_emulated(void) { return amx(1); }
-#else
+#endif
+#if !defined(BN_HAVE_X86) || !defined(BN_HAVE_NEON)
 static const bn_kernels *no_path(void) { return NULL; }
+#endif
+#ifndef BN_HAVE_X86
 #define path_amx no_path
 #define path_avx512 no_path
 #define path_avxvnni no_path
 #define path_avx2 no_path
 #define path_avxvnni_emulated no_path
 #define path_amx_emulated no_path
+#endif
+#ifndef BN_HAVE_NEON
+#define path_neon_i8mm no_path
+#define path_neon_dotprod no_path
+#define path_neon no_path
 #endif
 
 /* Every kernel path by name, in order of preference: the automatic choice is the first one the CPU supports,
@@ -145,6 +192,9 @@ static const struct {
     {"avx512", path_avx512, 0},
     {"avxvnni", path_avxvnni, 0},
     {"avx2", path_avx2, 0},
+    {"neon-i8mm", path_neon_i8mm, 0},
+    {"neon-dotprod", path_neon_dotprod, 0},
+    {"neon", path_neon, 0},
     {"portable", path_portable, 0},
     {"avxvnni-emulated", path_avxvnni_emulated, 1},
     {"amx-emulated", path_amx_emulated, 1},

@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "bitnet.h"
+#include "platform.h"
 #include "pool.h"
 
 #define CHUNKS 64
@@ -55,9 +55,7 @@ double bn_read_roof_gb_s(int n_threads, size_t bytes, int passes) {
     /* 2 MB pages where the OS gives them, as the engine's weights get (bitnet_app/engine/resident.py) */
     const size_t huge = (size_t)2 << 20, size = (words * sizeof(uint64_t) + huge - 1) / huge * huge;
     uint64_t *buf = aligned_alloc(huge, size);
-#ifdef MADV_HUGEPAGE
-    if (buf) madvise(buf, size, MADV_HUGEPAGE);
-#endif
+    bn_advise_huge_pages(buf, size);
     bn_pool *pool = bn_pool_create(n_threads);
     if (!buf || !pool) {
         free(buf);

@@ -10,6 +10,7 @@ The package follows the data, in order:
     engine/      the engine file format, its cache folder, the C engine's Python face, the numpy reference
                  (the C engine is _kernels/ at the top level: engine/__init__.py maps how Python wraps it)
     machine.py   this computer: free and total memory, the read roof, this process's memory
+    platform.py  everything that depends on the OS (Linux, macOS, other POSIX): machine.py's and the engine's readings
     catalog.py   the checkpoints known by name and what each needs on this machine
     source.py    a model source (repo id, folder, engine file, "demo") -> a converted engine file
     model.py     Model: engine + tokenizer + chat template; generate/complete/logits

@@ -1,16 +1,16 @@
 """This computer as the app reads it (nothing here changes it): its memory, the read roof a decode step runs against,
-and what this process holds. Every reading of the machine lives here; a figure that cannot be read is 0 (or an
-error for the roof, which is measured).
+and what this process holds. Every reading of the machine the app shows lives here (the OS-specific calls behind
+them are platform.py's); a figure that cannot be read is 0 (or an error for the roof, which is measured).
 
     read_roof_gb_s(threads)  GB/s the engine's threads reach reading memory (the C engine's roof.c; ~1 s)
-    available_ram()          bytes the OS can still give (MemAvailable), 0 if unknown
+    available_ram()          bytes the OS can still give (Linux MemAvailable, macOS free pages), 0 if unknown
     total_ram()              bytes of physical memory, 0 if unknown
-    process_rss()            bytes this process holds resident (VmRSS), 0 if unknown
+    process_rss()            bytes this process holds resident now, 0 if unknown
 
 The page does not import it (tests/test_layout.py): it reads these through catalog.py (what each model needs here)
 and Model.info() (what the running one uses).
 """
-import os
+from . import platform
 
 
 def read_roof_gb_s(threads: int) -> float:
@@ -21,28 +21,13 @@ def read_roof_gb_s(threads: int) -> float:
     return max(_engine.read_roof_gb_s(t, megabytes=128, passes=2) for t in sorted({1, max(1, threads)}))
 
 
-def _proc_kb(path: str, key: str) -> int:
-    """The `key:` line of a /proc file in kB, as bytes; 0 where there is none (another OS, an odd line)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def available_ram() -> int:
-    return _proc_kb("/proc/meminfo", "MemAvailable")
+    return platform.available_ram()
 
 
 def process_rss() -> int:
-    return _proc_kb("/proc/self/status", "VmRSS")
+    return platform.process_rss()
 
 
 def total_ram() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
+    return platform.total_ram()

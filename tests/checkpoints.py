@@ -8,14 +8,28 @@ write them. It returns a Truth dict holding the generated ternary weights and sc
 can compare what the converter wrote against what went in.
 
 load_reference_model(folder) loads such a folder with transformers.BitNetForCausalLM in float32.
+
+CI's ARM stage runs test_kernels.py and test_engine.py on an emulated arm64 Python that has no torch (PyPI's aarch64
+torch is a CUDA build of 900 MB). There make_hf_checkpoint replays a record: with $BITNET_CHECKPOINT_RECORD set to a
+folder, the x86 run of the same tests writes each checkpoint it makes there (by this code, keyed by its arguments),
+and a run without torch copies it from there instead of making it.
 """
+from __future__ import annotations
+
 import functools
+import hashlib
 import json
 import os
+import pickle
+import shutil
 
 import numpy as np
-import torch
-from safetensors.torch import save_file
+
+try:
+    import torch
+    from safetensors.torch import save_file
+except ImportError:  # the ARM stage's emulated Python: checkpoints come from the record (above)
+    torch = None
 
 from bitnet_app.text.chat import BITNET_CHAT_TEMPLATE  # 2B-4T's chat template
 
@@ -75,17 +89,48 @@ PROJ_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_
               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-def make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear", hidden_size=64,
+RECORD_ENV = "BITNET_CHECKPOINT_RECORD"
+
+
+def make_hf_checkpoint(folder, **kw) -> dict:
+    """_make_hf_checkpoint's checkpoint in `folder` and its Truth dict, made here or, where torch is missing, copied
+    from the record of a run that made it ($BITNET_CHECKPOINT_RECORD: see the module's docstring)."""
+    record = os.environ.get(RECORD_ENV)
+    if not record:
+        if torch is None:
+            raise RuntimeError(f"torch is not installed: making a test checkpoint needs it, or ${RECORD_ENV} set to "
+                               "the record of a run that made them")
+        return _make_hf_checkpoint(folder, **kw)
+    entry = os.path.join(record, hashlib.sha256(repr(sorted(kw.items())).encode()).hexdigest()[:20])
+    if torch is None:
+        if not os.path.isdir(entry):
+            raise RuntimeError(f"no recorded checkpoint for {kw} in {record}: run the same tests with torch and "
+                               f"${RECORD_ENV}={record} first")
+        shutil.copytree(os.path.join(entry, "folder"), folder, dirs_exist_ok=True)
+        with open(os.path.join(entry, "truth.pkl"), "rb") as f:
+            return pickle.load(f)
+    truth = _make_hf_checkpoint(folder, **kw)
+    if not os.path.isdir(entry):
+        tmp = entry + f".tmp{os.getpid()}"
+        shutil.copytree(folder, os.path.join(tmp, "folder"))
+        with open(os.path.join(tmp, "truth.pkl"), "wb") as f:
+            pickle.dump(truth, f)
+        os.replace(tmp, entry)
+    return truth
+
+
+def _make_hf_checkpoint(folder, *, layout="offline", linear_class="autobitlinear", hidden_size=64,
                        intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                        head_dim=None, vocab_size=None, extra_vocab=0, shards=1, rope_style="flat",
                        max_position_embeddings=256, seed=0, mask_token=False, dlm_config=None,
-                       chat_template=BITNET_CHAT_TEMPLATE, scale_range=None, embed_dtype=torch.bfloat16):
+                       chat_template=BITNET_CHAT_TEMPLATE, scale_range=None, embed_dtype=None):
     """Write a random BitNetForCausalLM checkpoint to `folder`; return the Truth dict:
         config, tokenizer ids (bos, eos, eot, mask), vocab_size,
         ternary: {tensor name: int8 (N, K)} (offline), scale: {tensor name: float} (offline, the stored bf16 value),
         latent: {tensor name: float32 (N, K)} (online, the bf16 values as stored).
     linear_class None omits the key from quantization_config. scale_range: uniform range of weight_scale
     (default (1, 2) as in 2B-4T, or (20, 60) for "bitlinear", which stores 1/mean|W|)."""
+    embed_dtype = torch.bfloat16 if embed_dtype is None else embed_dtype
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
     tok_json = toy_tokenizer_json(mask_token)

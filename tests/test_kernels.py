@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bitnet_app import _engine, _engine_testing
+from bitnet_app import platform as os_platform
 from bitnet_app.engine import kernel_paths
 from bitnet_app.engine.packing import (TRIT5_MAX_KP, bf16_to_f32, f32_to_bf16, pack_int8_tiles, pack_ternary5_tiles,
                                        pack_ternary_tiles, quantize_rows_int8)
@@ -22,15 +23,9 @@ SHAPES = [(1, 16, 1), (16, 16, 1), (17, 5, 3), (33, 100, 7), (64, 2560 // 8, 8),
 
 
 def cpu_flags():
-    """The CPU's feature flags as the kernel reports them (/proc/cpuinfo; empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    """The CPU's feature flags as the OS reports them (bitnet_app/platform.py: Linux's /proc/cpuinfo "flags" on x86,
+    "Features" on aarch64, macOS's sysctl on Apple Silicon; empty where there are none)."""
+    return os_platform.cpu_features()
 
 
 def expected_best_path(flags):
@@ -55,7 +50,7 @@ def test_this_machine_runs_its_fastest_path():
     # and every path the CPU supports is among the ones these tests run.
     flags = cpu_flags()
     if not flags and platform.machine().lower() in ("x86_64", "amd64"):
-        pytest.fail("no /proc/cpuinfo flags on an x86-64 CPU: cannot tell which kernel path it should run")
+        pytest.fail("no CPU flags read on an x86-64 CPU: cannot tell which kernel path it should run")
     best = expected_best_path(flags)
     assert _engine.kernel_name("") == best
     assert kernel_paths.PORTABLE in PATHS

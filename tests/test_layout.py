@@ -429,3 +429,49 @@ def test_no_import_cycle_among_the_package_modules():
 def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_platform_layer_asks_the_operating_system():
+    """Everything that depends on the OS is in bitnet_app/platform.py and _kernels/platform.c (issue 45): no other
+    module of the package reads /proc or calls an OS-specific function (Linux's or macOS's), and no other C file of
+    the engine calls one or includes its header. Python is read as code (ast: calls and attributes by name, strings
+    that open a /proc path), C without its comments."""
+    import re
+
+    os_names = {"madvise", "sched_setaffinity", "sched_getaffinity", "sysconf", "getrusage", "ru_maxrss",
+                "sysctlbyname", "getauxval", "task_info"}
+    found = []
+    for root, _dirs, files in os.walk(PACKAGE):
+        for name in files:
+            path = os.path.join(root, name)
+            if not name.endswith(".py") or path == os.path.join(PACKAGE, "platform.py"):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+                if word in os_names or word.startswith("MADV_"):
+                    found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {word}")
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("/proc"):
+                    found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {node.value}")
+                if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) \
+                        and str(node.values[0].value).startswith("/proc"):
+                    found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} f-string /proc")
+    c_words = re.compile(r"/proc|\b(getauxval|sched_setaffinity|sched_getaffinity|pthread_setaffinity_np|madvise|"
+                         r"MADV_\w+|syscall|sysctlbyname|sysconf|getrusage|__linux__|__APPLE__)\b|"
+                         r"<(sys/auxv|sys/mman|sys/syscall|sys/sysctl|asm/hwcap|sched)\.h>")
+    kernels = os.path.join(REPO, "_kernels")
+    for name in sorted(os.listdir(kernels)):
+        if not name.endswith((".c", ".h", ".pyx", ".pxi", ".pxd")) or name.startswith("platform."):
+            continue
+        if name.endswith(".c") and os.path.exists(os.path.join(kernels, name[:-2] + ".pyx")):
+            continue  # Cython's output
+        with open(os.path.join(kernels, name), encoding="utf-8") as f:
+            text = f.read()
+        if name.endswith((".c", ".h")):
+            text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+        else:
+            text = re.sub(r"#[^\n]*", " ", text)
+        found += [f"_kernels/{name}: {m.group(0)}" for m in c_words.finditer(text)]
+    assert not found, "OS-specific calls outside the platform layer (move them to platform.py / platform.c):\n" + \
+        "\n".join(found)

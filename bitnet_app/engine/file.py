@@ -76,6 +76,7 @@ import time
 
 import numpy as np
 
+from .. import platform
 from .packing import PACKING_2BIT
 from .validate import DTYPES, EngineFileError, check_meta, check_table
 from .values import check_small_tensors, check_tensor_set, ternary_code_problem
@@ -307,8 +308,8 @@ class EngineFile:
         2B-4T) and the verified chunks. The OS keeps them in its page cache (a later read of them is a minor fault),
         but mapped they counted in the process's resident memory for as long as it ran: 2B-4T's peak RSS was 1240 MB
         instead of ~900 (the engine reads the weights it streams into its own copy, engine/resident.py)."""
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+        if self._map is not None:
+            platform.release_pages(self._map)
 
     def _verify_data(self, layout: dict, verify: str) -> None:
         start, end, sums = layout["data_start"], layout["file_bytes"], layout["chunk_sums"]

@@ -21,7 +21,7 @@ its mmap), so the file's pages are not also counted in the process's resident se
                                      -> a 1.6-bit file's ternary tiles, in place, in the window code that the
                                         AVX-512 kernels with VBMI and GFNI read (_kernels/trit5_windows.c)
 
-Where the OS has no MADV_HUGEPAGE (not Linux) nothing is copied and the engine reads the mmap as before.
+Where the OS has no huge-page advice (platform.huge_pages(): not Linux) nothing is copied and the engine reads the mmap as before.
 BITNET_WEIGHTS=mapped also keeps the mmap (for measuring the difference).
 """
 import mmap
@@ -30,6 +30,8 @@ import threading
 import weakref
 
 import numpy as np
+
+from .. import platform
 
 WEIGHTS_ENV = "BITNET_WEIGHTS"   # "resident" (default) or "mapped"
 ALIGN = 64                       # every copy starts on a cache line, like the tensors in the file
@@ -45,7 +47,7 @@ def streamed_names(tensors: dict, lm_head: str) -> list[str]:
 
 
 def huge_pages_available() -> bool:
-    return hasattr(mmap, "MADV_HUGEPAGE") and os.environ.get(WEIGHTS_ENV, "resident") != "mapped"
+    return platform.huge_pages() and os.environ.get(WEIGHTS_ENV, "resident") != "mapped"
 
 
 def translate_trit5_tiles(tensors: dict, names: list[str]) -> None:
@@ -68,7 +70,7 @@ def resident_tensors(ef, names: list[str], trit5_windows: bool = False) -> dict[
     if total == 0:
         return {}
     area = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    area.madvise(mmap.MADV_HUGEPAGE)   # advice only: without huge pages the copy still works
+    platform.advise_huge_pages(area)   # advice only: without huge pages the copy still works
     buf = np.frombuffer(area, dtype=np.uint8)
     out = {}
     with open(ef.path, "rb", buffering=0) as f:

@@ -33,6 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .. import platform
 from .file import EngineFile
 from .packing import PACKING_16BIT
 from .resident import huge_pages_available, shared_resident, streamed_names, translate_trit5_tiles
@@ -131,7 +132,7 @@ class Engine:
         self.ctx = cfg["max_position_embeddings"] if ctx is None else \
             whole_number("ctx", ctx, 1, MAX_CONTEXT, "the longest context the engine takes")
         if threads is None:
-            threads = _env_threads() or min(os.cpu_count() or 1, MAX_THREADS)   # a 384-core machine: the pool's most
+            threads = _env_threads() or min(platform.cpu_count(), MAX_THREADS)   # a 384-core machine: the pool's most
         threads = whole_number("threads", threads, 1, MAX_THREADS, "the number of CPU cores is a good choice",
                                noun="thread count")
         if isa is not None and not isinstance(isa, str):
