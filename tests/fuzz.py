@@ -1,7 +1,7 @@
 """Seeded fuzzing of everything a hostile checkpoint, cache file or caller controls (issue 12).
 
     python -m tests.fuzz                  # the CI size (FAMILIES x CI_CASES), counts printed as JSON
-    python -m tests.fuzz --long           # 18,000 cases
+    python -m tests.fuzz --long           # 24,000 cases
     python -m tests.fuzz --cases 50 --family template --seed 3
 
 Families (each case: a seeded mutation of one real input, then the product code that reads it):
@@ -19,6 +19,12 @@ and, for hostile values (issue 33; tests/fuzz_values.py):
     nonfinite     NaN and infinities in a checkpoint's float tensors -> convert
     tokenizer_lies  a tokenizer at odds with itself, the config or the template -> convert
     c_ints        integers past a C int for every knob and engine argument, unknown keywords
+and, for values of the wrong type, out of range or zero (issue 47; tests/fuzz_types.py):
+    config_types  a wrong type for a typed key of config.json, generation_config.json, dlm_config.json and
+                  tokenizer_config.json ("false" for false, 0 for false, "0.7" for 0.7) -> convert
+    dlm_decoder   diffusion block and sub-block sizes -> convert; what converts must decode in both modes
+    knob_floats   extreme floats for the float knobs -> generate, numpy warnings as errors
+    scale_signs   zero, negative and subnormal scales in real and padding rows, re-sealed -> Model.open
 
 Each case runs in a forked child (batches of cases per child, two children at a time) under an address-
 space limit (RLIMIT_AS) and a per-case alarm. A case FAILS on: a crash (the child dies of a signal), a
@@ -46,14 +52,15 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the modules beside this one, run as tests.fuzz too
 from fuzz_common import (HOSTILE_VALUES, SilentAcceptance, convert, copy_folder, flip_bytes,  # noqa: E402
                          load_converted, open_and_run, positive_finite, rewrite_meta, whole)
+from fuzz_types import TYPE_FAMILIES  # noqa: E402
 from fuzz_values import VALUE_FAMILIES  # noqa: E402
 
 from bitnet_app.engine.validate import REAL_RANGES  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-CI_CASES = 60                 # per family: 12 x 60 = 720 cases in CI
-LONG_CASES = 1500             # per family: 12 x 1500 = 18,000 cases
+CI_CASES = 60                 # per family: 16 x 60 = 960 cases in CI
+LONG_CASES = 1500             # per family: 16 x 1500 = 24,000 cases
 CASE_SECONDS = 20             # alarm per case (templates stop themselves after 2 s)
 MEMORY_LIMIT = 4 << 30        # RLIMIT_AS of each child
 BATCH = 25                    # cases per child process
@@ -519,7 +526,7 @@ def fam_knobs(rng, seeds, case_dir):
 
 FAMILIES = {"engine_bytes": fam_engine_bytes, "engine_meta": fam_engine_meta, "safetensors": fam_safetensors,
             "config": fam_config, "tokenizer": fam_tokenizer, "template": fam_template, "knobs": fam_knobs,
-            **VALUE_FAMILIES}
+            **VALUE_FAMILIES, **TYPE_FAMILIES}
 
 
 # ---- running cases in children ----------------------------------------------------------------------------
