@@ -323,10 +323,10 @@ def _check_paths(src_dir: str, out_path: str) -> None:
     if not os.path.isdir(src_dir):
         raise ConvertError(f"{src_dir} is not a folder. Pass a Hugging Face checkpoint folder "
                            f"(config.json, tokenizer.json, *.safetensors).")
+    _refuse_own_input(src_dir, out_path)
     if os.path.isdir(out_path):
         raise ConvertError(f"{out_path} is a folder: the output is one engine file. Give a file path, e.g. "
                            f"{os.path.join(out_path, 'model.bitnet')}, or leave --out out to use the cache folder.")
-    _refuse_own_input(src_dir, out_path)
 
 
 def _tied(ck: Checkpoint, raw: dict) -> bool:
