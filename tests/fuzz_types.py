@@ -139,7 +139,7 @@ def fam_knob_floats(rng, seeds, case_dir):
     out_of_range = [n for n, v in kw.items() if isinstance(v, float) and not _in_range(n, v)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # a numpy RuntimeWarning is a finding: it would reach the user's stderr
-        with np.errstate(all="raise"):
+        with np.errstate(over="raise", divide="raise", invalid="raise"):   # what numpy warns of by default
             done = list(m.generate([1, 2, 3, 4, 5, 1, 2], **kw))[-1]
     if out_of_range:
         raise SilentAcceptance(f"decode values {out_of_range} = {[kw[n] for n in out_of_range]} were accepted")

@@ -658,3 +658,14 @@ def test_convert_out_an_existing_folder_is_refused_and_writes_nothing(small_mode
     line = _one_error_line(_cli("convert", src, "--out", str(folder)))
     assert "is a folder" in line and "disk space" not in line and "model.bitnet" in line, line
     assert sorted(os.listdir(tmp_path)) == ["here"] and os.listdir(folder) == []
+
+
+def test_a_weight_scale_whose_inverse_overflows_is_refused_without_a_numpy_warning(make_ckpt, tmp_path):
+    """A bitlinear (divide) scale of 1e-39 made 1/s overflow to inf: refused, but numpy's RuntimeWarning reached the
+    CLI's stderr first."""
+    folder, _ = make_ckpt(linear_class="bitlinear", scale_range=(1e-39, 1e-39))
+    r = _cli("convert", folder, "--out", str(tmp_path / "m.bitnet"))
+    line = _one_error_line(r)
+    assert re.search(r"would write tensor 'layers\.0\.\w+\.scale' holds inf", line), line
+    assert "Warning" not in r.stderr.decode(), r.stderr.decode()
+    assert not os.path.exists(tmp_path / "m.bitnet")

@@ -177,7 +177,8 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
         if not np.isfinite(s) or s <= 0:
             raise ConvertError(f"{name}_scale is {s}; a weight scale must be a positive number. Download the "
                                f"checkpoint again.")
-        return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
+        with np.errstate(over="ignore"):   # 1/s of a subnormal s is inf: write_conversion refuses it, no warning
+            return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
     check_weights(name, w, ck.folder)
     if folded:
@@ -387,7 +388,8 @@ FUSED = (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")), 
 def _read_layer(plan: Plan, i: int) -> dict:
     """Layer i's engine tensors: its norms (float32) and its four fused ternary matrices (tiles + per-row scale)."""
     p, o = f"model.layers.{i}.", f"layers.{i}."
-    out = {o + eng: _finite_f32(plan.ck, p + hf + ".weight") for hf, (eng, _) in _norm_shapes(plan.cfg, plan.naming).items()}
+    norms = _norm_shapes(plan.cfg, plan.naming)
+    out = {o + eng: _finite_f32(plan.ck, p + hf + ".weight") for hf, (eng, _) in norms.items()}
     tern = {proj: _ternary(plan.ck, p + proj + ".weight", plan.layout, plan.scale_mode, plan.folded)
             for proj in projection_shapes(plan.cfg)}
     for eng, group in FUSED:

@@ -33,10 +33,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..params import one_of
 from .file import EngineFile
 from .packing import PACKING_16BIT
 from .resident import huge_pages_available, shared_resident, streamed_names, translate_trit5_tiles
-from ..params import one_of
 from .validate import MAX_CONTEXT, NonFiniteLogits
 
 # forces a kernel path: a name of kernel_paths.py (else the dispatcher takes the best one the CPU has)

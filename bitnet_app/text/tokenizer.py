@@ -42,9 +42,10 @@ def _rust_call(what: str, fn, *args, **kwargs):
 def _template_tokens(processor: dict):
     """(the special tokens a TemplateProcessing's single and pair templates write, its special_tokens map) for it
     and every processor inside a Sequence."""
-    for inner in processor.get("processors") or [] if isinstance(processor.get("processors"), list) else []:
-        if isinstance(inner, dict):
-            yield from _template_tokens(inner)
+    inner = processor.get("processors")
+    for p in inner if isinstance(inner, list) else []:
+        if isinstance(p, dict):
+            yield from _template_tokens(p)
     if processor.get("type") == "TemplateProcessing":
         pieces = [p for key in ("single", "pair") for p in processor.get(key) or [] if isinstance(p, dict)]
         named = [p["SpecialToken"].get("id") for p in pieces if isinstance(p.get("SpecialToken"), dict)]
