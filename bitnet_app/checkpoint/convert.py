@@ -403,8 +403,8 @@ def write_conversion(plan: Plan, tensors: dict, out_path: str) -> None:
     for name, arr in tensors.items():
         why = value_problem(name, arr, plan.cfg) if arr.dtype == np.float32 else None
         if why:
-            raise ConvertError(f"the conversion of {plan.src_dir} would write {why}. The checkpoint is damaged: "
-                               "download it again.")
+            raise ConvertError(f"converting {plan.src_dir} gives values no engine file may hold: {why}. The "
+                               "checkpoint is damaged: download it again.")
     embed_dtype = plan.ck.dtype("model.embed_tokens.weight")
     meta = dict(plan.text)
     meta["config"] = plan.cfg
