@@ -40,8 +40,9 @@ SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (u
 C_INT_MAX = 2**31 - 1      # top_k and mask_id reach the engine's C code as a C int (and int32 arrays)
 MAX_REPLY = 1 << 20        # max_new_tokens, block sizes: engine/validate.py MAX_CONTEXT, the longest context a file has
 LIMITS = {C_INT_MAX: "the largest the engine's C code takes", MAX_REPLY: "the longest context an engine file can have"}
-# The ranges that keep the sampler's float32 arithmetic finite: logits (|x| up to about 1e4) divided or multiplied by
-# the repetition penalty, divided by the temperature, stay far from float32's 3.4e38, and no numpy warning is raised.
+# The ranges that keep the sampler's float32 arithmetic finite: a real model's logits (|x| far below 1e4) divided or
+# multiplied by the repetition penalty, then divided by the temperature, stay far from float32's 3.4e38, and no numpy
+# warning is raised.
 # Outside them, a penalty of 1e-44 turned the logits into infinities (greedy and sampled then disagreed). The page's
 # sliders lie inside them (see each knob's ui hints); the API and the CLI refuse what lies outside.
 REPETITION_PENALTY_MIN, REPETITION_PENALTY_MAX = 0.01, 100.0
@@ -212,7 +213,7 @@ def _divides_block(value, other) -> str | None:
     block = other("block_size")
     if block is not None and value is not None and block % value:
         return (f"sub_block_size ({value}) must divide block_size ({block}); try {default_sub_block(block)} (or leave "
-                "it unset: the largest divisor of the block size up to 8)")
+                f"it unset: the largest divisor of the block size up to {SUB_BLOCK})")
     return None
 
 

@@ -17,9 +17,9 @@ import math
 import os
 
 from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE
+from ..engine.key_rules import RULES, WHAT, problem
 from ..engine.rope import ROPE_SCALING_KEYS
 from ..engine.shapes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
-from ..engine.key_rules import RULES, WHAT, problem
 from ..engine.validate import ACTIVATIONS, config_problem
 from .families import FAMILIES, Family, architectures_of, family_of
 from .files import JSON_LIMIT, TEMPLATE_LIMIT, TOKENIZER_LIMIT, CheckpointFileError, check_inside, read_text
@@ -80,7 +80,7 @@ def _ids(value, key: str, where: str) -> list[int]:
     why = problem(key, value)
     if why:
         raise ConvertError(f"{where} has {why}. Fix {where} or download the checkpoint again.")
-    return [v for v in (value if isinstance(value, list) else [value])]
+    return list(value) if isinstance(value, list) else [value]
 
 
 def not_bitnet_reason(raw: dict, where: str) -> str | None:
@@ -126,7 +126,7 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
             raise ConvertError(f"config.json has {key} = {raw[key]!r}; the engine has no biases (no 1.58-bit model "
                                "it runs uses them). Use a checkpoint without biases.")
     prf = raw.get("partial_rotary_factor", 1.0)
-    if prf not in (None, 1, 1.0):
+    if prf is not None and (isinstance(prf, bool) or prf != 1):   # true == 1 in Python, but is no factor
         raise ConvertError(f"config.json has partial_rotary_factor = {prf!r}; the engine rotates whole heads (1.0). "
                            "Use a checkpoint without partial rotary embeddings.")
     missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
