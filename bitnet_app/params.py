@@ -285,8 +285,9 @@ def one_of(name: str, value, choices: tuple) -> str:
 
 
 def knob_problem(name: str, value) -> str | None:
-    """Why `value` cannot be knob `name` (in the words of the ValueError DecodeParams raises), or None: the rule a
-    checkpoint's generation_config.json values are held to as well."""
+    """Why `value` cannot be knob `name` (in the words of the ValueError DecodeParams raises), or None. The rules a
+    checkpoint's suggested settings are held to (engine/key_rules.py, a layer that cannot import this one) are
+    checked against it (tests/test_hostile.py)."""
     try:
         _checked(name, value, KNOBS[name].metadata)
     except ValueError as exc:

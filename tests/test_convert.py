@@ -309,7 +309,7 @@ BAD = {
         lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"bd_size": 32, "sub_block_size": 12}'),
         r"sub_block_size 12 in dlm_config\.json must be a whole number that divides the block size 32"),
     "threshold out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"threshold": 1.5}'),
-                               r"dlm_config\.json has threshold = 1\.5; it must be a number in \(0, 1\]"),
+                               r"dlm_config\.json has threshold = 1\.5, outside the range the decoder takes \(\(0, 1\]"),
     "vocab mismatch": (lambda d: checkpoints.edit_json(d, "config.json", vocab_size=500), r"embed_tokens\.weight' has shape"),
     "heads do not fit": (lambda d: checkpoints.edit_json(d, "config.json", head_dim=8), r"not hidden_size"),
 }

@@ -669,3 +669,21 @@ def test_a_weight_scale_whose_inverse_overflows_is_refused_without_a_numpy_warni
     assert re.search(r"gives values no engine file may hold: tensor 'layers\.0\.\w+\.scale' holds inf", line), line
     assert "Warning" not in r.stderr.decode(), r.stderr.decode()
     assert not os.path.exists(tmp_path / "m.bitnet")
+
+
+@pytest.mark.parametrize("knob", ["temperature", "top_p", "top_k", "repetition_penalty", "threshold"])
+def test_a_checkpoints_suggested_settings_follow_the_decode_knobs_rules(knob):
+    """generation_config.json's (and dlm_config.json's) decode settings are checked by engine/key_rules.py, which may
+    not import params.py (the layers): the two rules must accept exactly the same values, so that what a checkpoint
+    suggests always runs."""
+    from bitnet_app.engine.key_rules import problem
+    from bitnet_app.params import knob_problem
+
+    values = [0, -0.0, 1e-300, 0.005, 0.01, 0.5, 1, 1.0, 1.5, 2, 50, 99.9, 100, 100.5, 1e300, -1, -0.5, 2 ** 31 - 1,
+              2 ** 31, 2.5, True, False, "0.7", "1", [1], float("nan"), float("inf")]
+    for v in values:
+        if knob == "top_k" and isinstance(v, float) and v.is_integer():   # the API takes 5.0 as 5; a file has 5
+            assert problem(knob, v) is not None
+            continue
+        assert (problem(knob, v) is None) == (knob_problem(knob, v) is None), (knob, v, problem(knob, v),
+                                                                                knob_problem(knob, v))

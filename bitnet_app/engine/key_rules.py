@@ -7,32 +7,42 @@ again in an engine file's metadata (engine/validate.py, at every open). Types ar
                                          "key = value, outside the range a real model could have (...)"
     RULES                                key -> Rule (kind, range, an example value for the message)
 
-The callers put the file's name in front ("config.json has ...") and say what to do.
+The callers put the file's name in front ("config.json has ...") and say what to do. The decode settings a
+generation_config.json suggests are held to the decode knobs' ranges (params.py, which this layer does not import:
+tests/test_hostile.py checks that the two agree), so that what a checkpoint suggests always runs.
 """
 import math
 from dataclasses import dataclass
 
-from ..params import knob_problem
-
 MAX_CONTEXT = 1 << 20
+C_INT_MAX = 2**31 - 1
 ACTIVATIONS = ("relu2", "silu")
 
 
 @dataclass(frozen=True)
 class Rule:
-    kind: str                  # whole | number | flag | text | id | ids | token | knob (a decode knob's own rule)
+    kind: str                  # whole (>= 1) | count (>= 0) | number | flag | text | id | ids | token
     low: float | None = None   # [low, high]: the range a real model's value lies in (generous)
     high: float | None = None
     example: object = None     # BitNet b1.58 2B-4T's value (or a real model's), for the message
     choices: tuple = ()        # text: the allowed strings (empty: any string)
+    low_open: bool = False     # (low, high]
+    zero: bool = False         # 0 is allowed below the range (temperature 0: greedy)
+    range_is: str = "the range a real model could have"
+    example_is: str = "BitNet b1.58 2B-4T has"
+
+
+def _knob(low, high, example, **kw):
+    """A decode setting's rule: params.py's range for the knob of the same name."""
+    return Rule("count" if isinstance(low, int) and isinstance(high, int) else "number", low, high, example,
+                range_is="the range the decoder takes", example_is="e.g.", **kw)
 
 
 def _size(high, example):
     return Rule("whole", 1, high, example)
 
 
-FLAG, ID, IDS, TEXT, TOKEN, KNOB = (Rule("flag"), Rule("id", 0, None), Rule("ids", 0, None), Rule("text"),
-                                    Rule("token"), Rule("knob"))
+FLAG, ID, IDS, TEXT, TOKEN = Rule("flag"), Rule("id"), Rule("ids"), Rule("text"), Rule("token")
 RULES = {
     # config.json, and an engine file's config (the keys the engine runs on)
     "hidden_size": _size(1 << 16, 2560),            # Llama 3.1 405B: 16384
@@ -51,15 +61,16 @@ RULES = {
     "bos_token_id": ID, "eos_token_id": IDS,
     # dlm_config.json (and config.json's bd_size), and an engine file's diffusion block
     "bd_size": _size(MAX_CONTEXT, 32), "block_size": _size(MAX_CONTEXT, 32), "sub_block_size": _size(MAX_CONTEXT, 8),
-    "threshold": KNOB, "mask_token_id": ID, "trained": FLAG,
+    "threshold": _knob(0.0, 1.0, 0.9, low_open=True), "mask_token_id": ID, "trained": FLAG,
     "attention": TEXT, "attention_pattern": TEXT, "attn_pattern": TEXT, "attention_type": TEXT,
     "attention_mask": TEXT,
     # generation_config.json: the decode knobs' own rules (params.py), so that what a checkpoint suggests runs
-    "do_sample": FLAG, "temperature": KNOB, "top_p": KNOB, "top_k": KNOB, "repetition_penalty": KNOB,
+    "do_sample": FLAG, "temperature": _knob(0.01, 100.0, 0.6, zero=True), "top_p": _knob(0.0, 1.0, 0.9, low_open=True),
+    "top_k": _knob(0, C_INT_MAX, 50), "repetition_penalty": _knob(0.01, 100.0, 1.0),
     # tokenizer_config.json
     "bos_token": TOKEN, "eos_token": TOKEN,
 }
-WHAT = {"whole": "a whole number", "flag": "true or false (a JSON boolean, not text or a number)",
+WHAT = {"whole": "a whole number", "count": "a whole number >= 0", "flag": "true or false (a JSON boolean, not text or a number)",
         "text": "text", "id": "a token id (a whole number >= 0)",
         "ids": "a token id or a list of them (whole numbers >= 0)",
         "token": 'a token\'s text, or {"content": its text}'}
@@ -78,8 +89,10 @@ def _fits(rule: Rule, v) -> bool:
     kind = rule.kind
     if kind == "whole":
         return _whole(v) and v > 0
+    if kind == "count":
+        return _whole(v) and v >= 0
     if kind == "number":
-        return _number(v) and v > 0
+        return _number(v) and (v > 0 or (rule.zero and v == 0))
     if kind == "flag":
         return isinstance(v, bool)
     if kind == "text":
@@ -97,16 +110,14 @@ def problem(key: str, value) -> str | None:
     rule = RULES.get(key)
     if rule is None:
         return None
-    if rule.kind == "knob":
-        why = knob_problem(key, value)
-        why = None if why is None else why.split(", not ")[0].replace(" or None", "")   # the value is named here
-        return None if why is None else f"{key} = {value!r}; {why.replace(key + ' must', 'it must', 1)}"
     if not _fits(rule, value):
-        what = "a finite positive number" if rule.kind == "number" else \
+        what = ("a finite number >= 0" if rule.zero else "a finite positive number") if rule.kind == "number" else \
             "a whole number of at least 1" if rule.kind == "whole" else \
             f"one of {', '.join(repr(c) for c in rule.choices)}" if rule.choices else WHAT[rule.kind]
         return f"{key} = {value!r}; it must be {what}"
-    if rule.kind in ("whole", "number") and not rule.low <= value <= rule.high:
-        return (f"{key} = {value!r}, outside the range a real model could have ({rule.low:g} to {rule.high:g}; "
-                f"BitNet b1.58 2B-4T has {rule.example:g})")
+    if rule.kind not in ("whole", "count", "number") or (rule.zero and value == 0):
+        return None
+    if value > rule.high or value < rule.low or (rule.low_open and value == rule.low):
+        span = f"{'(' if rule.low_open else '['}{rule.low:g}, {rule.high:g}]" + (" or 0" if rule.zero else "")
+        return f"{key} = {value!r}, outside {rule.range_is} ({span}; {rule.example_is} {rule.example:g})"
     return None

@@ -33,7 +33,6 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..params import one_of
 from .file import EngineFile
 from .packing import PACKING_16BIT
 from .resident import huge_pages_available, shared_resident, streamed_names, translate_trit5_tiles
@@ -46,6 +45,14 @@ KV_TYPES = ("f32", "f16", "i8")
 LM_HEADS = ("int8", "exact")
 MAX_THREADS = 256      # _kernels/pool.h BN_POOL_MAX_THREADS (the C engine refuses more, and checks it again)
 C_INT_MAX = 2**31 - 1  # block_size and top_k reach the C code as C ints
+
+
+def one_of(name: str, value, choices: tuple) -> str:
+    """value when it is one of `choices` exactly as written (a str: no other case, no other type; "" is no choice),
+    else ValueError "name must be one of ...": the rule, and the words, of params.one_of for the decode knobs."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, not {value!r}")
+    return value
 
 
 def banned_array(banned) -> np.ndarray:
