@@ -274,6 +274,8 @@ def _config_ok(cfg: dict, orig: dict) -> bool:
         low, high, _ = REAL_RANGES[k]
         if k in cfg and cfg[k] is not None and not (positive_finite(cfg[k]) and low <= cfg[k] <= high):
             return False
+    if cfg.get("tie_word_embeddings") is not None and not isinstance(cfg["tie_word_embeddings"], bool):
+        return False                                # "false" is no boolean (issue 47)
     archs, qc = cfg.get("architectures"), cfg.get("quantization_config")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         return False
@@ -351,14 +353,15 @@ def fam_config(rng, seeds, case_dir):
             json.dump({key: value}, f)
         V = seeds["config"]["vocab_size"]
         ok_id = value is None or (whole(value) and 0 <= value < V)
+        block_ok = value is None or (whole(value) and 0 < value <= 256)   # 0 too is refused (issue 47)
         must_refuse = {"eos_token_id": name == "generation_config.json" and not (ok_id or value in ([1, 2], [])),
-                       "bos_token_id": name == "generation_config.json" and not ok_id and "bos_token_id" not in
-                       seeds["config"],
+                       "bos_token_id": name == "generation_config.json" and (
+                           not (value is None or (whole(value) and value >= 0)) or
+                           (not ok_id and "bos_token_id" not in seeds["config"])),
                        "mask_token_id": name == "dlm_config.json" and not ok_id,
-                       "bd_size": name == "dlm_config.json" and bool(value) and not (whole(value) and 0 < value <= 256),
-                       "block_size": name == "dlm_config.json" and bool(value) and not (whole(value) and
-                                                                                        0 < value <= 256),
-                       "attention": False}[key]
+                       "bd_size": name == "dlm_config.json" and not block_ok,
+                       "block_size": name == "dlm_config.json" and not block_ok,
+                       "attention": name == "dlm_config.json" and value is not None}[key]
     out = convert(folder, case_dir)
     load_converted(out)
     if must_refuse:
