@@ -45,7 +45,7 @@ TYPED = {
                                "top_k": (50, "whole"), "repetition_penalty": (1.1, "number")},
     "dlm_config.json": {"bd_size": (8, "whole"), "block_size": (16, "whole"), "threshold": (0.9, "number"),
                         "sub_block_size": (4, "whole")},
-    "tokenizer_config.json": {"bos_token": ("<|begin_of_text|>", "token")},
+    "tokenizer_config.json": {"bos_token": ("<|begin_of_text|>", "token"), "add_bos_token": (False, "flag")},
 }
 
 

@@ -525,6 +525,7 @@ WRONG_TYPES = {   # file, key, value: each a value some reader would coerce (boo
     "top_k 2.5": ("generation_config.json", "top_k", 2.5),
     "repetition_penalty 1e-300": ("generation_config.json", "repetition_penalty", 1e-300),
     "bos_token 5": ("tokenizer_config.json", "bos_token", 5),
+    "add_bos_token 'false'": ("tokenizer_config.json", "add_bos_token", "false"),
     "threshold 'high'": ("dlm_config.json", "threshold", "high"),
     "attention 1": ("dlm_config.json", "attention", 1),
 }

@@ -292,7 +292,7 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     block = _block_size(dlm, raw, config["max_position_embeddings"])
     for key in ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty", "bos_token_id"):   # stored
         _value(gc, key, "generation_config.json")
-    for key in ("bos_token", "eos_token"):
+    for key in ("bos_token", "eos_token", "add_bos_token"):
         _value(tc, key, "tokenizer_config.json")
     template = _chat_template(folder, tc)
     try:

@@ -68,7 +68,7 @@ RULES = {
     "do_sample": FLAG, "temperature": _knob(0.01, 100.0, 0.6, zero=True), "top_p": _knob(0.0, 1.0, 0.9, low_open=True),
     "top_k": _knob(0, C_INT_MAX, 50), "repetition_penalty": _knob(0.01, 100.0, 1.0),
     # tokenizer_config.json
-    "bos_token": TOKEN, "eos_token": TOKEN,
+    "bos_token": TOKEN, "eos_token": TOKEN, "add_bos_token": FLAG,
 }
 WHAT = {"whole": "a whole number", "count": "a whole number >= 0", "flag": "true or false (a JSON boolean, not text or a number)",
         "text": "text", "id": "a token id (a whole number >= 0)",

@@ -168,7 +168,7 @@ def _check_settings(meta: dict, where: str) -> None:
     for part, keys in (("diffusion", ("block_size", "sub_block_size", "threshold", "trained")),
                        ("generation_config", ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
                                               "bos_token_id", "eos_token_id")),
-                       ("tokenizer_config", ("bos_token", "eos_token"))):
+                       ("tokenizer_config", ("bos_token", "eos_token", "add_bos_token"))):
         values = meta.get(part) or {}
         for key in keys:
             why = None if values.get(key) is None else problem(key, values[key])
