@@ -27,7 +27,7 @@ from .engine.kernel_paths import BY_NAME as KERNEL_PATHS
 from .engine.runtime import Engine
 from .engine.sizes import parameter_count
 from .machine import process_rss, total_ram
-from .params import KNOBS, DecodeParams, ParameterTypeError
+from .params import KNOBS, DecodeParams, ParameterTypeError, default_sub_block
 from .text import chat
 from .text.tokenizer import Tokenizer
 
@@ -99,11 +99,13 @@ class Model:
     @property
     def diffusion_defaults(self) -> dict:
         """The block-diffusion knobs this checkpoint starts from (block size, attention and mask from
-        its metadata; sub-block size from its dlm_config.json when it suggests one, else from DecodeParams;
-        the threshold it suggests, or None: DecodeParams.resolve uses it for the threshold rule only)."""
+        its metadata; sub-block size from its dlm_config.json when it suggests one, else the largest divisor of the
+        block size up to params.SUB_BLOCK, so that the defaults always fit the block; the threshold it suggests, or
+        None: DecodeParams.resolve uses it for the threshold rule only)."""
         d = self.meta.get("diffusion") or {}
-        return {"block_size": int(d.get("block_size") or TRAINED_BLOCK_SIZE),
-                "sub_block_size": int(d.get("sub_block_size") or KNOBS["sub_block_size"].default),
+        block = int(d.get("block_size") or TRAINED_BLOCK_SIZE)
+        return {"block_size": block,
+                "sub_block_size": default_sub_block(block, d.get("sub_block_size")),
                 "threshold": float(d["threshold"]) if d.get("threshold") else None,  # for the threshold rule
                 "attention": d.get("attention") or PLAIN_ATTENTION,
                 "mask_id": self.mask_id if self.mask_id is not None else self.spare_mask_id()}

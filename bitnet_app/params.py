@@ -40,6 +40,14 @@ SECTIONS = ("top", "sampling", "diffusion")  # where the sidebar draws a knob (u
 C_INT_MAX = 2**31 - 1      # top_k and mask_id reach the engine's C code as a C int (and int32 arrays)
 MAX_REPLY = 1 << 20        # max_new_tokens, block sizes: engine/validate.py MAX_CONTEXT, the longest context a file has
 LIMITS = {C_INT_MAX: "the largest the engine's C code takes", MAX_REPLY: "the longest context an engine file can have"}
+# The ranges that keep the sampler's float32 arithmetic finite: a real model's logits (|x| far below 1e4) divided or
+# multiplied by the repetition penalty, then divided by the temperature, stay far from float32's 3.4e38, and no numpy
+# warning is raised.
+# Outside them, a penalty of 1e-44 turned the logits into infinities (greedy and sampled then disagreed). The page's
+# sliders lie inside them (see each knob's ui hints); the API and the CLI refuse what lies outside.
+REPETITION_PENALTY_MIN, REPETITION_PENALTY_MAX = 0.01, 100.0
+TEMPERATURE_MIN, TEMPERATURE_MAX = 0.01, 100.0   # and 0: greedy
+SUB_BLOCK = 8   # the sub-block size a block of 8 or more starts from (see default_sub_block)
 
 
 class ParameterTypeError(TypeError, ValueError):
@@ -48,17 +56,18 @@ class ParameterTypeError(TypeError, ValueError):
 
 
 def knob(default, help: str, *, kind: type, low=None, high=None, low_open: bool = False, limit=None, choices=(),
-         optional: bool = False, diffusion: bool = False, label: str = "", ui: dict | None = None):
+         optional: bool = False, zero: bool = False, diffusion: bool = False, label: str = "", ui: dict | None = None):
     """A DecodeParams field and its metadata.
 
     kind: int, float, bool or str; [low, high] the allowed range (low excluded when low_open); limit: for a whole
     number, the largest value the code below can take (LIMITS says why), refused in words of its own;
-    choices: the allowed strings; optional: None is allowed (it means the checkpoint's or a fresh value);
+    choices: the allowed strings (exactly as written: no other case, no other type); optional: None is allowed (it
+    means the checkpoint's or a fresh value); zero: 0 is allowed below the range (temperature 0: greedy);
     diffusion: only block diffusion reads it; label and ui are for the page's sidebar: ui["section"] (one of
     SECTIONS; no section: not on the sidebar), ui["widget"] ("radio", "slider", "number" or "select") and its
     hints (slider/number ranges and steps, select options, choice labels, a placeholder)."""
     meta = dict(help=help, kind=kind, low=low, high=high, low_open=low_open, limit=limit, choices=tuple(choices),
-                optional=optional, diffusion=diffusion, label=label, ui=ui or {})
+                optional=optional, zero=zero, diffusion=diffusion, label=label, ui=ui or {})
     return field(default=default, metadata=meta)
 
 
@@ -69,7 +78,7 @@ class DecodeParams:
                      ui=dict(section="top", widget="radio",
                              labels={"ar": "Autoregressive", "diffusion": "Block diffusion"}))
     temperature: float = knob(0.0, "0 always picks the likeliest token; higher values give more varied text.",
-                              kind=float, low=0.0, label="Temperature",
+                              kind=float, low=TEMPERATURE_MIN, high=TEMPERATURE_MAX, zero=True, label="Temperature",
                               ui=dict(section="sampling", widget="slider", low=0.0, high=2.0, step=0.05))
     top_p: float = knob(1.0, "Sample only from the smallest set of tokens whose probabilities add up to p, "
                         "in (0, 1]; 1 turns it off.", kind=float, low=0.0, low_open=True, high=1.0,
@@ -78,7 +87,8 @@ class DecodeParams:
                       limit=C_INT_MAX, label="Top-k",
                       ui=dict(section="sampling", widget="slider", low=0, high=200, step=1))
     repetition_penalty: float = knob(1.0, "Above 1 makes tokens that already appeared less likely, against "
-                                     "loops; 1 turns it off.", kind=float, low=0.0, low_open=True,
+                                     "loops; 1 turns it off.", kind=float, low=REPETITION_PENALTY_MIN,
+                                     high=REPETITION_PENALTY_MAX,
                                      label="Repetition penalty",
                                      ui=dict(section="sampling", widget="slider", low=1.0, high=2.0, step=0.05))
     max_new_tokens: int = knob(256, "The longest reply, in tokens.", kind=int, low=1, limit=MAX_REPLY,
@@ -92,8 +102,10 @@ class DecodeParams:
                                   "with.", kind=int, low=1, limit=MAX_REPLY, optional=True,
                                   diffusion=True, label="Block size",
                                   ui=dict(section="diffusion", widget="select", options=(4, 8, 16, 32, 64)))
-    sub_block_size: int = knob(8, "Slots decided together, left to right inside a block; must divide the "
-                               "block size.", kind=int, low=1, limit=MAX_REPLY, diffusion=True, label="Sub-block size",
+    sub_block_size: int | None = knob(None, "Slots decided together, left to right inside a block; must divide "
+                                      "the block size. Default: the checkpoint's suggestion, else the largest "
+                                      f"divisor of the block size up to {SUB_BLOCK}.", kind=int, low=1,
+                                      limit=MAX_REPLY, optional=True, diffusion=True, label="Sub-block size",
                                ui=dict(section="diffusion", widget="select", options=(1, 2, 4, 8, 16, 32, 64)))
     threshold: float | None = knob(None, "Fill every slot whose prediction is more than this sure, in (0, 1]; "
                                    "1.0 fills one per forward. Under the exact rule it only picks the drafts that "
@@ -143,8 +155,11 @@ class DecodeParams:
         Model.diffusion_defaults for diffusion, its real mask id for AR), the fill rule from the attention
         (exact for causal, threshold for block), checked again, and ready for this model (ready_for). Knobs that
         already have a value are kept."""
-        suggested = {k: v for k, v in checkpoint.items() if k != "threshold"}
+        suggested = {k: v for k, v in checkpoint.items() if k not in ("threshold", "sub_block_size")}
         filled = replace(self, **{k: v for k, v in suggested.items() if getattr(self, k) is None})
+        if filled.sub_block_size is None and filled.block_size is not None:
+            filled = replace(filled, sub_block_size=default_sub_block(filled.block_size,
+                                                                      checkpoint.get("sub_block_size")))
         if filled.fill_rule is None and filled.attention is not None:
             filled = replace(filled, fill_rule=RULE_OF_ATTENTION[filled.attention])
         if filled.threshold is None and filled.fill_rule is not None:
@@ -180,6 +195,14 @@ def default_threshold(fill_rule: str, suggested: float | None = None) -> float:
     return float(suggested) if suggested is not None else PLAIN_THRESHOLD
 
 
+def default_sub_block(block_size: int, suggested: int | None = None) -> int:
+    """The sub-block size a block starts from: the checkpoint's suggestion when it divides the block, else the largest
+    divisor of the block up to SUB_BLOCK (8 for 32, 6 for 12, 4 for 4): every block size has one."""
+    if suggested and block_size % suggested == 0:
+        return int(suggested)
+    return max(d for d in range(1, min(SUB_BLOCK, block_size) + 1) if block_size % d == 0)
+
+
 def sidebar_knobs(section: str) -> list[str]:
     """The knobs the page's sidebar draws in `section` (one of SECTIONS), in field order."""
     return [name for name, f in KNOBS.items() if f.metadata["ui"].get("section") == section]
@@ -189,7 +212,8 @@ def sidebar_knobs(section: str) -> list[str]:
 def _divides_block(value, other) -> str | None:
     block = other("block_size")
     if block is not None and value is not None and block % value:
-        return f"sub_block_size ({value}) must divide block_size ({block}); try 8 with 32"
+        return (f"sub_block_size ({value}) must divide block_size ({block}); try {default_sub_block(block)} (or leave "
+                f"it unset: the largest divisor of the block size up to {SUB_BLOCK})")
     return None
 
 
@@ -229,13 +253,13 @@ def _checked(name: str, value, meta):
             raise ValueError(f"{name} must be True or False, not {value!r}")
         return bool(value)
     if kind is str:
-        if value not in meta["choices"]:
-            raise ValueError(f"{name} must be {want}, not {value!r}")
-        return value
+        return one_of(name, value, meta["choices"])
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be {want}, not {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be {want}, not {value!r}")
+    if meta["zero"] and value == 0:
+        return 0 if kind is int else 0.0
     if kind is int:
         if value != int(value):
             raise ValueError(f"{name} must be a whole number ({want}), not {value!r}")
@@ -251,16 +275,37 @@ def _checked(name: str, value, meta):
     return value
 
 
+def one_of(name: str, value, choices: tuple) -> str:
+    """value when it is one of `choices` exactly as written (a str: no other case, no other type, "" is no
+    choice), else ValueError "name must be one of ...": the one rule of every named choice (the decode knobs', and
+    the engine's lm_head, kv and attention)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, not {value!r}")
+    return value
+
+
+def knob_problem(name: str, value) -> str | None:
+    """Why `value` cannot be knob `name` (in the words of the ValueError DecodeParams raises), or None. The rules a
+    checkpoint's suggested settings are held to (engine/key_rules.py, a layer that cannot import this one) are
+    checked against it (tests/test_hostile.py)."""
+    try:
+        _checked(name, value, KNOBS[name].metadata)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def describe(meta) -> str:
     """The allowed values in words: "an integer >= 1", "a number in (0, 1]", "one of 'ar', 'diffusion'"."""
     if meta["kind"] is str:
         return "one of " + ", ".join(repr(c) for c in meta["choices"])
     if meta["kind"] is bool:
         return "True or False"
-    noun = "an integer" if meta["kind"] is int else "a number"
+    noun = ("0 or " if meta["zero"] else "") + ("an integer" if meta["kind"] is int else "a number")
     low, high = meta["low"], meta["high"]
     if low is not None and high is not None:
         text = f"{noun} in {'(' if meta['low_open'] else '['}{low:g}, {high:g}]"
+        text += " (the range that keeps the arithmetic finite)" if meta["kind"] is float and high > 1 else ""
     elif low is not None:
         text = f"{noun} {'>' if meta['low_open'] else '>='} {low:g}"
     else:

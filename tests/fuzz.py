@@ -1,7 +1,7 @@
 """Seeded fuzzing of everything a hostile checkpoint, cache file or caller controls (issue 12).
 
     python tests/fuzz.py                  # the CI size (FAMILIES x CI_CASES), counts printed as JSON
-    python tests/fuzz.py --long           # 18,000 cases
+    python tests/fuzz.py --long           # 24,000 cases
     python tests/fuzz.py --cases 50 --family template --seed 3
 
 Families (each case: a seeded mutation of one real input, then the product code that reads it):
@@ -19,6 +19,12 @@ and, for hostile values (issue 33; tests/fuzz_values.py):
     nonfinite     NaN and infinities in a checkpoint's float tensors -> convert
     tokenizer_lies  a tokenizer at odds with itself, the config or the template -> convert
     c_ints        integers past a C int for every knob and engine argument, unknown keywords
+and, for values of the wrong type, out of range or zero (issue 47; tests/fuzz_types.py):
+    config_types  a wrong type for a typed key of config.json, generation_config.json, dlm_config.json and
+                  tokenizer_config.json ("false" for false, 0 for false, "0.7" for 0.7) -> convert
+    dlm_decoder   diffusion block and sub-block sizes -> convert; what converts must decode in both modes
+    knob_floats   extreme floats for the float knobs -> generate, numpy warnings as errors
+    scale_signs   zero, negative and subnormal scales in real and padding rows, re-sealed -> Model.open
 
 Each case runs in a forked child (batches of cases per child, two children at a time) under an address-
 space limit (RLIMIT_AS) and a per-case alarm. A case FAILS on: a crash (the child dies of a signal), a
@@ -45,14 +51,15 @@ import numpy as np  # noqa: E402
 
 from fuzz_common import (HOSTILE_VALUES, SilentAcceptance, convert, copy_folder, flip_bytes,  # noqa: E402
                          load_converted, open_and_run, positive_finite, rewrite_meta, whole)
+from fuzz_types import TYPE_FAMILIES  # noqa: E402
 from fuzz_values import VALUE_FAMILIES  # noqa: E402
 
 from bitnet_app.engine.validate import REAL_RANGES  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-CI_CASES = 60                 # per family: 12 x 60 = 720 cases in CI
-LONG_CASES = 1500             # per family: 12 x 1500 = 18,000 cases
+CI_CASES = 60                 # per family: 16 x 60 = 960 cases in CI
+LONG_CASES = 1500             # per family: 16 x 1500 = 24,000 cases
 CASE_SECONDS = 20             # alarm per case (templates stop themselves after 2 s)
 MEMORY_LIMIT = 4 << 30        # RLIMIT_AS of each child
 BATCH = 25                    # cases per child process
@@ -265,6 +272,8 @@ def _config_ok(cfg: dict, orig: dict) -> bool:
         low, high, _ = REAL_RANGES[k]
         if k in cfg and cfg[k] is not None and not (positive_finite(cfg[k]) and low <= cfg[k] <= high):
             return False
+    if cfg.get("tie_word_embeddings") is not None and not isinstance(cfg["tie_word_embeddings"], bool):
+        return False                                # "false" is no boolean (issue 47)
     archs, qc = cfg.get("architectures"), cfg.get("quantization_config")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         return False
@@ -342,14 +351,15 @@ def fam_config(rng, seeds, case_dir):
             json.dump({key: value}, f)
         V = seeds["config"]["vocab_size"]
         ok_id = value is None or (whole(value) and 0 <= value < V)
+        block_ok = value is None or (whole(value) and 0 < value <= 256)   # 0 too is refused (issue 47)
         must_refuse = {"eos_token_id": name == "generation_config.json" and not (ok_id or value in ([1, 2], [])),
-                       "bos_token_id": name == "generation_config.json" and not ok_id and "bos_token_id" not in
-                       seeds["config"],
+                       "bos_token_id": name == "generation_config.json" and (
+                           not (value is None or (whole(value) and value >= 0)) or
+                           (not ok_id and "bos_token_id" not in seeds["config"])),
                        "mask_token_id": name == "dlm_config.json" and not ok_id,
-                       "bd_size": name == "dlm_config.json" and bool(value) and not (whole(value) and 0 < value <= 256),
-                       "block_size": name == "dlm_config.json" and bool(value) and not (whole(value) and
-                                                                                        0 < value <= 256),
-                       "attention": False}[key]
+                       "bd_size": name == "dlm_config.json" and not block_ok,
+                       "block_size": name == "dlm_config.json" and not block_ok,
+                       "attention": name == "dlm_config.json" and value is not None}[key]
     out = convert(folder, case_dir)
     load_converted(out)
     if must_refuse:
@@ -517,7 +527,7 @@ def fam_knobs(rng, seeds, case_dir):
 
 FAMILIES = {"engine_bytes": fam_engine_bytes, "engine_meta": fam_engine_meta, "safetensors": fam_safetensors,
             "config": fam_config, "tokenizer": fam_tokenizer, "template": fam_template, "knobs": fam_knobs,
-            **VALUE_FAMILIES}
+            **VALUE_FAMILIES, **TYPE_FAMILIES}
 
 
 # ---- running cases in children ----------------------------------------------------------------------------

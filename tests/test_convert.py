@@ -210,7 +210,7 @@ def test_dlm_config_suggests_the_decoding_knobs(make_ckpt, tmp_path):
     hold."""
     from bitnet_app.engine.runtime import Engine
     from bitnet_app.model import Model
-    from bitnet_app.params import KNOBS, PLAIN_THRESHOLD
+    from bitnet_app.params import PLAIN_THRESHOLD, SUB_BLOCK
 
     folder, _ = make_ckpt("dlm", extra_vocab=1, dlm_config={"mask_token_id": 7, "bd_size": 16,
                                                              "sub_block_size": 16, "threshold": 0.75})
@@ -225,7 +225,7 @@ def test_dlm_config_suggests_the_decoding_knobs(make_ckpt, tmp_path):
     folder2, _ = make_ckpt("dlm2", extra_vocab=1, dlm_config={"mask_token_id": 7})
     ef2 = convert(folder2, str(tmp_path / "dlm2.bitnet"))
     d2 = Model(ef2, Engine(ef2, threads=1)).diffusion_defaults
-    assert (d2["sub_block_size"], d2["threshold"]) == (KNOBS["sub_block_size"].default, None)
+    assert (d2["sub_block_size"], d2["threshold"]) == (SUB_BLOCK, None)   # block 32: the largest divisor up to 8
     assert Model(ef2, Engine(ef2, threads=1)).decode_params(mode="diffusion").threshold == PLAIN_THRESHOLD
 
 
@@ -309,7 +309,7 @@ BAD = {
         lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"bd_size": 32, "sub_block_size": 12}'),
         r"sub_block_size 12 in dlm_config\.json must be a whole number that divides the block size 32"),
     "threshold out of range": (lambda d: open(os.path.join(d, "dlm_config.json"), "w").write('{"threshold": 1.5}'),
-                               r"threshold 1\.5 in dlm_config\.json must be a number in \(0, 1\]"),
+                               r"dlm_config\.json has threshold = 1\.5, outside the range the decoder takes \(\(0, 1\]"),
     "vocab mismatch": (lambda d: checkpoints.edit_json(d, "config.json", vocab_size=500), r"embed_tokens\.weight' has shape"),
     "heads do not fit": (lambda d: checkpoints.edit_json(d, "config.json", head_dim=8), r"not hidden_size"),
 }

@@ -401,6 +401,16 @@ RESEALED = {
                                   r"tensor 'layers\.1\.down\.codes' holds the unused ternary code 3 \(its byte 100\)"),
     "head.rowsum not the sums of head.i8": (lambda p: reseal_data(p, _rowsum),
                                             r"head\.rowsum\[5\] is -?\d+, but row 5 of head\.i8 sums to -?\d+"),
+    # issue 47: the converter refuses weight_scale <= 0; a re-sealed file with such scales opened and ran (head.scale
+    # all 0: every reply was token 0)
+    "head.scale all 0": (lambda p: reseal_data(p, lambda v: v["head.scale"].__setitem__(slice(None), 0.0)),
+                         r"tensor 'head\.scale' holds 0 at index 0 \(a scale of a real row is a positive number"),
+    "a negative per-row scale": (lambda p: reseal_data(p, lambda v: v["layers.0.qkv.scale"].__setitem__(4, -0.5)),
+                                 r"tensor 'layers\.0\.qkv\.scale' holds -0\.5 at index 4 \(a scale of a real row"),
+    "a zero per-row scale": (lambda p: reseal_data(p, lambda v: v["layers.1.down.scale"].__setitem__(0, 0.0)),
+                             r"tensor 'layers\.1\.down\.scale' holds 0 at index 0"),
+    "a scale in a padding row": (lambda p: reseal_data(p, lambda v: v["head.scale"].__setitem__(-1, 1.0)),
+                                 r"tensor 'head\.scale' holds 1 at index \d+ \(a padding row"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The fuzz suite (tests/fuzz.py) at CI size: 12 families x 60 seeded cases, each in a forked child with a
+"""The fuzz suite (tests/fuzz.py) at CI size: 16 families (tests/fuzz.py FAMILIES, the issue-47 ones of fuzz_types.py included) x 60 seeded cases, each in a forked child with a
 memory limit and an alarm; no crash, hang, unclear exception or silent acceptance. The long run:
 `python tests/fuzz.py --long` (>= 10,000 cases; counts in the README's reliability section)."""
 import json

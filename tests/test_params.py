@@ -15,12 +15,13 @@ BAD = [  # (knob, value, words the message must hold)
     ("max_new_tokens", -5, "integer >= 1"), ("max_new_tokens", 0, "integer >= 1"),
     ("max_new_tokens", 2.5, "whole number"), ("max_new_tokens", True, "integer >= 1"),
     ("max_new_tokens", "12", "integer >= 1"), ("max_new_tokens", math.inf, "integer >= 1"),
-    ("temperature", -0.1, "number >= 0"), ("temperature", math.nan, "number >= 0"),
-    ("temperature", math.inf, "number >= 0"), ("temperature", False, "number >= 0"),
+    ("temperature", -0.1, "0 or a number in [0.01, 100]"), ("temperature", math.nan, "0 or a number in [0.01, 100]"),
+    ("temperature", math.inf, "0 or a number in [0.01, 100]"), ("temperature", False, "0 or a number in [0.01, 100]"),
+    ("temperature", 1e-300, "0 or a number in [0.01, 100]"), ("temperature", 1e300, "0 or a number in [0.01, 100]"),
     ("top_k", -1, "integer >= 0"), ("top_k", 2.5, "whole number"),
     ("top_p", 0.0, "(0, 1]"), ("top_p", 1.5, "(0, 1]"), ("top_p", math.nan, "(0, 1]"),
-    ("repetition_penalty", 0.0, "number > 0"), ("repetition_penalty", -1.0, "number > 0"),
-    ("repetition_penalty", math.inf, "number > 0"),
+    ("repetition_penalty", 0.0, "number in [0.01, 100]"), ("repetition_penalty", -1.0, "number in [0.01, 100]"),
+    ("repetition_penalty", math.inf, "number in [0.01, 100]"), ("repetition_penalty", 1e-44, "number in [0.01, 100]"),
     ("seed", -1, "integer >= 0"), ("seed", 1.5, "whole number"), ("seed", True, "integer >= 0"),
     ("block_size", 0, "integer >= 1"), ("block_size", 8.5, "whole number"),
     ("sub_block_size", 0, "integer >= 1"), ("threshold", 0.0, "(0, 1]"), ("threshold", 1.01, "(0, 1]"),
@@ -95,7 +96,8 @@ def test_model_generate_checks_before_it_runs(tmp_path, monkeypatch):
 @pytest.mark.parametrize("flags, words", [
     (["--max-new-tokens", "-5"], "--max-new-tokens must be an integer >= 1, not -5"),  # flags, not field names
     (["--top-k", "2.5"], "--top-k must be a whole number"),
-    (["--temperature", "nan"], "--temperature must be a number >= 0, not nan"),
+    (["--temperature", "nan"], "--temperature must be 0 or a number in [0.01, 100] (the range that keeps the "
+                               "arithmetic finite), not nan"),
     (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
     (["--seed", "-1"], "--seed must be an integer >= 0, not -1"),  # no "or None": leaving the flag out does that
 ])

@@ -17,6 +17,7 @@ import math
 import os
 
 from ..engine.file import PLAIN_ATTENTION, TRAINED_BLOCK_SIZE
+from ..engine.key_rules import RULES, WHAT, problem
 from ..engine.rope import ROPE_SCALING_KEYS
 from ..engine.sizes import projection_shapes, ternary_weight_count  # noqa: F401 (convert.py's)
 from ..engine.validate import ACTIVATIONS, config_problem
@@ -56,42 +57,30 @@ def read_json(folder: str, name: str, required: bool = False, kind=dict):
     return value
 
 
-def _whole(raw: dict, key: str, default=None, where: str = "config.json", required: bool = False):
-    """raw[key] as a whole number, strictly: 1.5, true and "64" are refused rather than coerced. Absent or
-    null: `default`, or an error when required."""
+def _value(raw: dict, key: str, where: str = "config.json", default=None, required: bool = False):
+    """raw[key] checked by its rule (engine/key_rules.py: the type strictly, then the range): "false" is not a
+    boolean, 1.5 and true are not whole numbers, "64" is no number. Absent or null: `default`, or an error when
+    required. The message names the file, the key and the value."""
     v = raw.get(key)
     if v is None:
         if required:
-            raise ConvertError(f"{where} has no value for {key}; it must be a whole number. Fix {where} or "
-                               "download the checkpoint again.")
+            raise ConvertError(f"{where} has no value for {key}; it must be {WHAT.get(RULES[key].kind, 'a number')}. "
+                               f"Fix {where} or download the checkpoint again.")
         return default
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise ConvertError(f"{where} has {key} = {v!r}; it must be a whole number. Fix {where} or download the "
-                           "checkpoint again.")
+    why = problem(key, v)
+    if why:
+        raise ConvertError(f"{where} has {why}. Fix {where} or download the checkpoint again.")
     return v
 
 
-def _positive_number(raw: dict, key: str, default: float, where: str = "config.json") -> float:
-    v = raw.get(key, default)
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-        raise ConvertError(f"{where} has {key} = {v!r}; it must be a finite positive number (BitNet b1.58 2B-4T: "
-                           f"{ {'rope_theta': 500000.0, 'rms_norm_eps': 1e-05}.get(key, default)}). Fix {where} or "
-                           "download the checkpoint again.")
-    return float(v)
-
-
 def _ids(value, key: str, where: str) -> list[int]:
-    """A token id or a list of them (eos_token_id may be either), strictly whole numbers."""
-    items = value if isinstance(value, list) else [value]
-    out = []
-    for v in items:
-        if v is None:
-            continue
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ConvertError(f"{where} has {key} = {value!r}; token ids must be whole numbers. Fix {where} or "
-                               "download the checkpoint again.")
-        out.append(v)
-    return out
+    """A token id or a list of them (eos_token_id may be either), by the rule of `key`; None: none."""
+    if value is None:
+        return []
+    why = problem(key, value)
+    if why:
+        raise ConvertError(f"{where} has {why}. Fix {where} or download the checkpoint again.")
+    return list(value) if isinstance(value, list) else [value]
 
 
 def not_bitnet_reason(raw: dict, where: str) -> str | None:
@@ -128,43 +117,43 @@ def read_model_config(folder: str) -> tuple[dict, dict]:
     if reason:
         raise NotBitNet(reason)
     fam = family_of(raw)
-    act = raw.get("hidden_act") or fam.activation
+    act = fam.activation if raw.get("hidden_act") is None else raw["hidden_act"]
     if act not in ACTIVATIONS:
         raise ConvertError(f"config.json has hidden_act = {act!r}; the engine runs relu2 (BitNet b1.58) and silu "
                            "(the Llama family). Use a checkpoint with one of those.")
     for key in ("attention_bias", "mlp_bias"):
-        if raw.get(key):
+        if _value(raw, key):
             raise ConvertError(f"config.json has {key} = {raw[key]!r}; the engine has no biases (no 1.58-bit model "
                                "it runs uses them). Use a checkpoint without biases.")
     prf = raw.get("partial_rotary_factor", 1.0)
-    if prf not in (None, 1, 1.0):
+    if prf is not None and (isinstance(prf, bool) or prf != 1):   # true == 1 in Python, but is no factor
         raise ConvertError(f"config.json has partial_rotary_factor = {prf!r}; the engine rotates whole heads (1.0). "
                            "Use a checkpoint without partial rotary embeddings.")
     missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "vocab_size") if k not in raw]
     if missing:
         raise ConvertError(f"config.json in {folder} lacks {missing[0]!r}. Download the checkpoint again.")
-    D, H = _whole(raw, "hidden_size", required=True), _whole(raw, "num_attention_heads", required=True)
-    kvh, hd = _whole(raw, "num_key_value_heads"), _whole(raw, "head_dim")
+    D, H = _value(raw, "hidden_size", required=True), _value(raw, "num_attention_heads", required=True)
+    kvh, hd = _value(raw, "num_key_value_heads"), _value(raw, "head_dim")
     if hd is None:
         hd = D // H if H > 0 else 0   # 0: refused below with the other sizes
     cfg = {
         "hidden_size": D,
-        "intermediate_size": _whole(raw, "intermediate_size", required=True),
-        "num_hidden_layers": _whole(raw, "num_hidden_layers", required=True),
+        "intermediate_size": _value(raw, "intermediate_size", required=True),
+        "num_hidden_layers": _value(raw, "num_hidden_layers", required=True),
         "num_attention_heads": H,
         "num_key_value_heads": kvh or H,
         "head_dim": hd,
-        "vocab_size": _whole(raw, "vocab_size", required=True),
-        "max_position_embeddings": _whole(raw, "max_position_embeddings", 2048),
+        "vocab_size": _value(raw, "vocab_size", required=True),
+        "max_position_embeddings": _value(raw, "max_position_embeddings", default=2048),
         "rope_theta": _rope_theta(raw, fam.rope_theta),
         "rope_scaling": _rope_scaling(raw, fam),
-        "rms_norm_eps": _positive_number(raw, "rms_norm_eps", fam.rms_norm_eps),
+        "rms_norm_eps": float(_value(raw, "rms_norm_eps", default=fam.rms_norm_eps)),
         "hidden_act": act,
         # provisional, from the family; convert.py sets both from the tensors it finds
         "sub_norms": fam.sub_norms is not None,
-        "tie_word_embeddings": raw.get("tie_word_embeddings") is not False,
-        "bos_token_id": _whole(raw, "bos_token_id"),   # one id (eos may be a list)
+        "tie_word_embeddings": _value(raw, "tie_word_embeddings") is not False,
+        "bos_token_id": _value(raw, "bos_token_id"),   # one id (eos may be a list)
         "eos_token_id": raw.get("eos_token_id"),
     }
     for key in ("bos_token_id", "eos_token_id"):
@@ -205,8 +194,8 @@ def _rope_params(raw: dict) -> tuple[str, dict]:
 def _rope_theta(raw: dict, default: float) -> float:
     _, params = _rope_params(raw)
     if raw.get("rope_theta") is not None:
-        return _positive_number(raw, "rope_theta", default)
-    return _positive_number(params, "rope_theta", default)
+        return float(_value(raw, "rope_theta"))
+    return float(_value(params, "rope_theta", default=default))
 
 
 def _rope_scaling(raw: dict, fam: Family) -> dict | None:
@@ -247,7 +236,7 @@ def read_quant_config(raw: dict) -> tuple[str | None, str | None, str | None]:
         raise ConvertError(f"quantization_config.linear_class {lc!r} is not supported (autobitlinear or bitlinear). Use a BitNet b1.58 checkpoint.")
     if mode not in (None, "offline", "online"):
         raise ConvertError(f"quantization_config.quantization_mode {mode!r} is not supported (offline or online). Use a BitNet b1.58 checkpoint.")
-    if qc.get("use_rms_norm"):
+    if _value(qc, "use_rms_norm", "config.json's quantization_config"):
         raise ConvertError("quantization_config.use_rms_norm=true (an extra RMSNorm inside every linear) is not "
                            "supported by the engine. Use a checkpoint without it.")
     return method, lc, mode
@@ -285,11 +274,11 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     stop_ids = _ids(stops, "eos_token_id", "generation_config.json / config.json")
     bos = config.get("bos_token_id")
     if bos is None:
-        bos = _whole(gc, "bos_token_id", where="generation_config.json")
+        bos = _value(gc, "bos_token_id", "generation_config.json")
     if bos is not None and not 0 <= bos < V:
         raise ConvertError(f"bos_token_id {bos} is outside the {V} embedding rows; fix config.json.")
 
-    mask_id = _whole(dlm or {}, "mask_token_id", where="dlm_config.json")
+    mask_id = _value(dlm or {}, "mask_token_id", "dlm_config.json")
     if mask_id is None:
         mask_id = token_id_in_json(tok, MASK_TOKEN)
     if mask_id is not None and not 0 <= int(mask_id) < V:
@@ -300,10 +289,11 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
             raise ConvertError(f"stop token id {sid} is outside the {V} embedding rows; fix eos_token_id in "
                                f"generation_config.json / config.json.")
 
-    block = (dlm or {}).get("bd_size") or (dlm or {}).get("block_size") or (raw or {}).get("bd_size") or TRAINED_BLOCK_SIZE
-    if not isinstance(block, int) or isinstance(block, bool) or not 0 < block <= config["max_position_embeddings"]:
-        raise ConvertError(f"the diffusion block size {block!r} (bd_size / block_size) is not a whole number between 1 "
-                           f"and the context {config['max_position_embeddings']}. Fix dlm_config.json or config.json.")
+    block = _block_size(dlm, raw, config["max_position_embeddings"])
+    for key in ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty", "bos_token_id"):   # stored
+        _value(gc, key, "generation_config.json")
+    for key in ("bos_token", "eos_token", "add_bos_token"):
+        _value(tc, key, "tokenizer_config.json")
     template = _chat_template(folder, tc)
     try:
         check_template_syntax(template)
@@ -339,6 +329,22 @@ def read_text_meta(folder: str, config: dict, raw: dict | None = None) -> dict:
     }
 
 
+def _block_size(dlm: dict | None, raw: dict | None, context: int) -> int:
+    """The diffusion block size: dlm_config.json's bd_size (or block_size), else config.json's bd_size, else
+    TRAINED_BLOCK_SIZE; the first that is set is taken (0 is a value, refused like -1, never skipped). Any size from 1
+    to the context decodes with the defaults: the default sub-block divides it (params.default_sub_block)."""
+    for where, source, key in (("dlm_config.json", dlm or {}, "bd_size"), ("dlm_config.json", dlm or {}, "block_size"),
+                               ("config.json", raw or {}, "bd_size")):
+        block = _value(source, key, where)
+        if block is not None:
+            if block > context:
+                raise ConvertError(f"{where} has {key} = {block}, longer than the model's context of {context} "
+                                   f"tokens (max_position_embeddings). Fix {where}: the block size the model was "
+                                   "trained with (32 for Fast-dLLM v2).")
+            return block
+    return TRAINED_BLOCK_SIZE
+
+
 def _token_text(value) -> str | None:
     """A special token as tokenizer_config.json writes it: a string, or {"content": ...}; None for anything else."""
     value = value.get("content") if isinstance(value, dict) else value
@@ -349,17 +355,14 @@ def _dlm_decoding(dlm, block: int) -> dict:
     """The decoding knobs a DLM checkpoint suggests (dlm_config.json sub_block_size, threshold), checked, for the
     app to start from; the keys it names, none when there is no dlm_config.json."""
     out = {}
-    sub = (dlm or {}).get("sub_block_size")
+    sub = _value(dlm or {}, "sub_block_size", "dlm_config.json")
     if sub is not None:
-        if not isinstance(sub, int) or isinstance(sub, bool) or not 0 < sub <= block or block % sub:
+        if sub > block or block % sub:
             raise ConvertError(f"sub_block_size {sub!r} in dlm_config.json must be a whole number that divides the "
                                f"block size {block} (e.g. 8 for 32). Fix dlm_config.json or remove the key.")
         out["sub_block_size"] = sub
-    thr = (dlm or {}).get("threshold")
+    thr = _value(dlm or {}, "threshold", "dlm_config.json")
     if thr is not None:
-        if not isinstance(thr, (int, float)) or isinstance(thr, bool) or not 0 < thr <= 1:
-            raise ConvertError(f"threshold {thr!r} in dlm_config.json must be a number in (0, 1] (e.g. 0.9). "
-                               f"Fix dlm_config.json or remove the key.")
         out["threshold"] = float(thr)
     return out
 
@@ -405,8 +408,8 @@ def _dlm_attention(dlm) -> str:
     if dlm is None:
         return PLAIN_ATTENTION
     for key in ("attention", "attention_pattern", "attn_pattern", "attention_type", "attention_mask"):
-        v = dlm.get(key)
-        if isinstance(v, str):
+        v = _value(dlm, key, "dlm_config.json")
+        if v is not None:
             v = v.lower()
             if "block" in v or "bidirectional" in v:
                 return "block"

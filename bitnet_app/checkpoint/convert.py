@@ -2,6 +2,9 @@
 BitnetForCausalLM; see checkpoint/families.py) -> one packed engine file (engine/file.py).
 
     convert_checkpoint(src_dir, out_path, *, progress=None, packing=None) -> out_path
+        = plan_conversion (every check that reads no weight; the layouts and the scale rule: a Plan)
+        -> read_tensors (the weights, ternarized, fused and tiled; the int8 head)
+        -> write_conversion (the engine file's value rules on what is written, the metadata, the atomic write)
 
 Two source layouts:
   offline  microsoft/bitnet-b1.58-2B-4T: `<proj>.weight` U8 (N/4, K) in the HF blocked layout
@@ -27,15 +30,17 @@ The embedding stays bf16 (V, D). The head is the embedding (tied) or lm_head.wei
 import os
 import re
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..engine import packing
 from ..engine.file import write_engine_file
 from ..engine.packing import packing_for
+from ..engine.values import value_problem
 from .config import (ConvertError, projection_shapes, read_model_config, read_quant_config, read_text_meta,
                      ternary_weight_count)
-from .families import SUB_NORM_NAMINGS, family_of
+from .families import SUB_NORM_NAMINGS, Family, family_of
 from .weight_range import check_weights
 from .safetensors_reader import Checkpoint, SafetensorsError
 
@@ -172,7 +177,8 @@ def _ternary(ck: Checkpoint, name: str, layout: str, scale_mode: str,
         if not np.isfinite(s) or s <= 0:
             raise ConvertError(f"{name}_scale is {s}; a weight scale must be a positive number. Download the "
                                f"checkpoint again.")
-        return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
+        with np.errstate(over="ignore"):   # 1/s of a subnormal s is inf: write_conversion refuses it, no warning
+            return t, (s if scale_mode == "multiply" else np.float32(1.0) / s)
     w = ck.get_f32(name)
     check_weights(name, w, ck.folder)
     if folded:
@@ -241,21 +247,52 @@ def _read_embed(ck: Checkpoint, V: int, D: int, name: str = "model.embed_tokens.
     return embed
 
 
+@dataclass
+class Plan:
+    """Everything a conversion decides before it reads a weight (plan_conversion): the checked config and text
+    metadata, the open checkpoint, and how its tensors become the engine file's."""
+    src_dir: str
+    cfg: dict                # the normalized config, tie_word_embeddings and sub_norms set from the tensors
+    raw: dict                # config.json as read
+    family: Family
+    text: dict               # read_text_meta's keys (tokenizer, template, stop ids, diffusion...)
+    ck: Checkpoint
+    naming: str | None       # the sub-norms' naming (families.py SUB_NORM_NAMINGS), None: none
+    layout: str              # the source weights: "offline" (packed U8) or "online" (latent floats)
+    linear_class: str | None
+    quantization_mode: str | None
+    tiles: str               # the engine file's ternary tile layout: "2bit" or "1.6bit"
+    scale_mode: str          # "multiply" or "divide" (W_eff = T * s or T / s)
+    scale_mode_inferred: bool
+    folded: bool             # latent weights taken as already ternary x one scale (see _ternary)
+
+
 def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: str | None = None) -> str:
     """Convert the HF checkpoint folder `src_dir` to the engine file `out_path` (written atomically).
     progress: optional callable(fraction in [0, 1], message). packing: the ternary tiles' layout ("2bit" or
     "1.6bit"; None: engine/packing.py packing_for chooses). Returns out_path.
-    Raises ConvertError (a ValueError) for any bad input; nothing is written under out_path then."""
+    Raises ConvertError (a ValueError) for any bad input; nothing is written under out_path (or beside it) then."""
     t0 = time.time()
 
     def report(frac, msg):
         if progress is not None:
             progress(min(1.0, max(0.0, frac)), msg)
 
-    if not os.path.isdir(src_dir):
-        raise ConvertError(f"{src_dir} is not a folder. Pass a Hugging Face checkpoint folder "
-                           f"(config.json, tokenizer.json, *.safetensors).")
-    _refuse_own_input(src_dir, out_path)
+    plan = plan_conversion(src_dir, out_path, packing)
+    try:
+        tensors = read_tensors(plan, report)
+    except SafetensorsError as exc:
+        raise ConvertError(str(exc)) from exc
+    report(0.96, "writing the engine file")
+    write_conversion(plan, tensors, out_path)
+    report(1.0, f"done in {time.time() - t0:.1f} s")
+    return out_path
+
+
+def plan_conversion(src_dir: str, out_path: str, packing: str | None = None) -> Plan:
+    """Check everything that can be checked without reading a weight (the paths, the config and the text files, the
+    tensor table) and decide the conversion: the source layout, the tile layout and the scale rule."""
+    _check_paths(src_dir, out_path)
     cfg, raw = read_model_config(src_dir)
     fam = family_of(raw)   # not None: read_model_config refuses other models
     _, linear_class, mode = read_quant_config(raw)
@@ -264,92 +301,127 @@ def convert_checkpoint(src_dir: str, out_path: str, *, progress=None, packing: s
         ck = Checkpoint(src_dir)
     except SafetensorsError as exc:
         raise ConvertError(str(exc)) from exc
-    # tied unless config.json says false, or says nothing and the weights hold their own lm_head
-    tie = raw.get("tie_word_embeddings")
-    cfg["tie_word_embeddings"] = bool(tie) if tie is not None else "lm_head.weight" not in ck
-    if not cfg["tie_word_embeddings"] and "lm_head.weight" not in ck:
-        raise ConvertError(f"config.json has tie_word_embeddings = false, but {src_dir} holds no lm_head.weight. "
-                           "The checkpoint is incomplete: download it again.")
-    naming = _sub_norm_naming(ck) if cfg["num_hidden_layers"] else None
-    # a family whose modeling code always has sub-norms: their absence means a damaged checkpoint
-    if cfg["num_hidden_layers"] and fam.sub_norms_required and naming not in fam.sub_norms_required:
-        want = SUB_NORM_NAMINGS[fam.sub_norms_required[0]]
-        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {src_dir}: a {fam.name} model "
-                           f"has sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
-                           "it again.")
+    cfg["tie_word_embeddings"] = _tied(ck, raw)
+    naming = _sub_norms(ck, cfg, fam)
     cfg["sub_norms"] = naming is not None
     layout = _layout(ck, cfg, linear_class, mode)
     _check_tensors(ck, cfg, layout, naming)
     _check_layer_count(ck, cfg)
-
-    L = cfg["num_hidden_layers"]
-    projs = list(projection_shapes(cfg))
     try:
-        layout_of_tiles = packing_for(max(k for _, k in projection_shapes(cfg).values()), packing,
-                                      n_weights=ternary_weight_count(cfg))
+        tiles = packing_for(max(k for _, k in projection_shapes(cfg).values()), packing,
+                            n_weights=ternary_weight_count(cfg))
     except ValueError as exc:
         raise ConvertError(str(exc)) from None
-    inferred = False
-    if layout == "online":
-        scale_mode = "multiply"          # W_eff = T * (1/s), s computed here
-    elif linear_class == "autobitlinear":
-        scale_mode = "multiply"
-    elif linear_class == "bitlinear" or fam.packed_scale == "divide":
-        scale_mode = "divide"   # transformers' BitLinear, the class a config without linear_class gets
-    else:
-        scales = [float(ck.get_f32(f"model.layers.{i}.{p}.weight_scale").reshape(-1)[0])
-                  for i in range(L) for p in projs]
-        scale_mode, inferred = (_infer_scale_mode(scales) if scales else "multiply"), True
-
+    scale_mode, inferred = _scale_mode(ck, cfg, fam, layout, linear_class)
     # Folded ternary latent weights are taken exactly unless the config asks for transformers' online
     # AutoBitLinear, which re-quantizes whatever it gets by absmean (and the engine must compute the same).
-    folded = layout == "online" and linear_class != "autobitlinear"
-    # Work: L layers + the head, with the head counted as about 10% of the total.
-    tensors = {}
-    try:
-        tensors["embed"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"])
-        if not cfg["tie_word_embeddings"]:
-            tensors["lm_head"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"], "lm_head.weight")
-        head = build_int8_head(tensors.get("lm_head", tensors["embed"]), lambda f, m: report(0.1 * f, m))
-        tensors["norm"] = _finite_f32(ck, "model.norm.weight")
-        for i in range(L):
-            p, o = f"model.layers.{i}.", f"layers.{i}."
-            for hf, (eng, _) in _norm_shapes(cfg, naming).items():
-                tensors[o + eng] = _finite_f32(ck, p + hf + ".weight")
-            tern = {proj: _ternary(ck, p + proj + ".weight", layout, scale_mode, folded) for proj in projs}
-            for eng, group in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-                               ("o", ("self_attn.o_proj",)), ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
-                               ("down", ("mlp.down_proj",))):
-                tensors[o + eng + ".codes"], tensors[o + eng + ".scale"] = _fuse([tern[g] for g in group],
-                                                                                  layout_of_tiles)
-            del tern
-            report(0.1 + 0.85 * (i + 1) / max(L, 1), f"layer {i + 1}/{L}")
-        tensors.update(head)
-    except SafetensorsError as exc:
-        raise ConvertError(str(exc)) from exc
+    return Plan(src_dir, cfg, raw, fam, text, ck, naming, layout, linear_class, mode, tiles, scale_mode, inferred,
+                folded=layout == "online" and linear_class != "autobitlinear")
 
-    for name, arr in tensors.items():   # what is written: a scale 1/s of a tiny weight_scale can still be inf
-        if arr.dtype == np.float32:
-            check_weights(name, arr, "the converted engine file")
-    embed_dtype = ck.dtype("model.embed_tokens.weight")
-    meta = dict(text)
-    meta["config"] = cfg
-    meta["ternary_packing"] = layout_of_tiles
+
+def _check_paths(src_dir: str, out_path: str) -> None:
+    """A source that is a folder, and an output that is neither a folder nor one of the source's own files."""
+    if not os.path.isdir(src_dir):
+        raise ConvertError(f"{src_dir} is not a folder. Pass a Hugging Face checkpoint folder "
+                           f"(config.json, tokenizer.json, *.safetensors).")
+    _refuse_own_input(src_dir, out_path)
+    if os.path.isdir(out_path):
+        raise ConvertError(f"{out_path} is a folder: the output is one engine file. Give a file path, e.g. "
+                           f"{os.path.join(out_path, 'model.bitnet')}, or leave --out out to use the cache folder.")
+
+
+def _tied(ck: Checkpoint, raw: dict) -> bool:
+    """Tied unless config.json says false (a boolean: read_model_config checked it), or says nothing and the weights
+    hold their own lm_head."""
+    tie = raw.get("tie_word_embeddings")
+    tied = tie if tie is not None else "lm_head.weight" not in ck
+    if not tied and "lm_head.weight" not in ck:
+        raise ConvertError(f"config.json has tie_word_embeddings = false, but {ck.folder} holds no lm_head.weight. "
+                           "The checkpoint is incomplete: download it again.")
+    return tied
+
+
+def _sub_norms(ck: Checkpoint, cfg: dict, fam: Family) -> str | None:
+    """The sub-norms' naming layer 0 uses (None: none), once a family that requires them is seen to have them."""
+    naming = _sub_norm_naming(ck) if cfg["num_hidden_layers"] else None
+    # a family whose modeling code always has sub-norms: their absence means a damaged checkpoint
+    if cfg["num_hidden_layers"] and fam.sub_norms_required and naming not in fam.sub_norms_required:
+        want = SUB_NORM_NAMINGS[fam.sub_norms_required[0]]
+        raise ConvertError(f"tensor 'model.layers.0.{want[0]}.weight' is missing from {ck.folder}: a {fam.name} model "
+                           f"has sub-norms ({' and '.join(want)}) in every layer. The checkpoint is incomplete: download "
+                           "it again.")
+    return naming
+
+
+def _scale_mode(ck: Checkpoint, cfg: dict, fam: Family, layout: str, linear_class) -> tuple[str, bool]:
+    """(the scale rule, whether it was inferred from the scales): "multiply" (W_eff = T * s) or "divide" (T / s)."""
+    if layout == "online" or linear_class == "autobitlinear":
+        return "multiply", False         # online: W_eff = T * (1/s), s computed here
+    if linear_class == "bitlinear" or fam.packed_scale == "divide":
+        return "divide", False   # transformers' BitLinear, the class a config without linear_class gets
+    scales = [float(ck.get_f32(f"model.layers.{i}.{p}.weight_scale").reshape(-1)[0])
+              for i in range(cfg["num_hidden_layers"]) for p in projection_shapes(cfg)]
+    return (_infer_scale_mode(scales) if scales else "multiply"), True
+
+
+def read_tensors(plan: Plan, report) -> dict:
+    """The engine file's tensors (names and layouts in engine/file.py), read from the checkpoint as `plan` says.
+    report(fraction, message): the layers are 85% of the work, the head about 10%."""
+    cfg, ck = plan.cfg, plan.ck
+    tensors = {"embed": _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"])}
+    if not cfg["tie_word_embeddings"]:
+        tensors["lm_head"] = _read_embed(ck, cfg["vocab_size"], cfg["hidden_size"], "lm_head.weight")
+    head = build_int8_head(tensors.get("lm_head", tensors["embed"]), lambda f, m: report(0.1 * f, m))
+    tensors["norm"] = _finite_f32(ck, "model.norm.weight")
+    L = cfg["num_hidden_layers"]
+    for i in range(L):
+        tensors.update(_read_layer(plan, i))
+        report(0.1 + 0.85 * (i + 1) / max(L, 1), f"layer {i + 1}/{L}")
+    tensors.update(head)
+    return tensors
+
+
+FUSED = (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")), ("o", ("self_attn.o_proj",)),
+         ("gate_up", ("mlp.gate_proj", "mlp.up_proj")), ("down", ("mlp.down_proj",)))
+
+
+def _read_layer(plan: Plan, i: int) -> dict:
+    """Layer i's engine tensors: its norms (float32) and its four fused ternary matrices (tiles + per-row scale)."""
+    p, o = f"model.layers.{i}.", f"layers.{i}."
+    norms = _norm_shapes(plan.cfg, plan.naming)
+    out = {o + eng: _finite_f32(plan.ck, p + hf + ".weight") for hf, (eng, _) in norms.items()}
+    tern = {proj: _ternary(plan.ck, p + proj + ".weight", plan.layout, plan.scale_mode, plan.folded)
+            for proj in projection_shapes(plan.cfg)}
+    for eng, group in FUSED:
+        out[o + eng + ".codes"], out[o + eng + ".scale"] = _fuse([tern[g] for g in group], plan.tiles)
+    return out
+
+
+def write_conversion(plan: Plan, tensors: dict, out_path: str) -> None:
+    """Check what is written by the engine file's own value rules (engine/values.py: a scale 1/s of a tiny
+    weight_scale can still be inf), then write the tensors and the metadata to out_path, atomically."""
+    for name, arr in tensors.items():
+        why = value_problem(name, arr, plan.cfg) if arr.dtype == np.float32 else None
+        if why:
+            raise ConvertError(f"converting {plan.src_dir} gives values no engine file may hold: {why}. The "
+                               "checkpoint is damaged: download it again.")
+    embed_dtype = plan.ck.dtype("model.embed_tokens.weight")
+    meta = dict(plan.text)
+    meta["config"] = plan.cfg
+    meta["ternary_packing"] = plan.tiles
     meta["source"] = {
-        "path": os.path.abspath(src_dir), "family": fam.name, "sub_norm_naming": naming,
-        "layout": layout, "linear_class": linear_class,
-        "quantization_mode": mode, "scale_mode": scale_mode, "scale_mode_inferred": inferred,
+        "path": os.path.abspath(plan.src_dir), "family": plan.family.name, "sub_norm_naming": plan.naming,
+        "layout": plan.layout, "linear_class": plan.linear_class,
+        "quantization_mode": plan.quantization_mode, "scale_mode": plan.scale_mode,
+        "scale_mode_inferred": plan.scale_mode_inferred,
         "embed_dtype": embed_dtype, "embed_rounded_to_bf16": embed_dtype != "BF16",
         "converter_version": CONVERTER_VERSION,
     }
-    report(0.96, "writing the engine file")
     try:
         write_engine_file(out_path, meta, tensors)
     except OSError as exc:
         raise ConvertError(f"cannot write {out_path}: {exc}. Free some disk space or choose another output "
                            f"path.") from exc
-    report(1.0, f"done in {time.time() - t0:.1f} s")
-    return out_path
 
 
 def _refuse_own_input(src_dir: str, out_path: str) -> None:

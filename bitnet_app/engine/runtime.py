@@ -43,8 +43,17 @@ from .validate import MAX_CONTEXT, NonFiniteLogits
 ISA_ENV = "BITNET_ISA"
 # the KV cache's element types, in the order of _kernels/bitnet.h enum bn_kv
 KV_TYPES = ("f32", "f16", "i8")
+LM_HEADS = ("int8", "exact")
 MAX_THREADS = 256      # _kernels/pool.h BN_POOL_MAX_THREADS (the C engine refuses more, and checks it again)
 C_INT_MAX = 2**31 - 1  # block_size and top_k reach the C code as C ints
+
+
+def one_of(name: str, value, choices: tuple) -> str:
+    """value when it is one of `choices` exactly as written (a str: no other case, no other type; "" is no choice),
+    else ValueError "name must be one of ...": the rule, and the words, of params.one_of for the decode knobs."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, not {value!r}")
+    return value
 
 
 def banned_array(banned) -> np.ndarray:
@@ -119,11 +128,8 @@ class Engine:
                  isa: str | None = None, ctx: int | None = None, kv: str | None = None):
         from .. import _engine  # the compiled extension (built from _kernels/ by setup.py)
 
-        if lm_head not in ("int8", "exact"):
-            raise ValueError(f"lm_head must be 'int8' or 'exact', not {lm_head!r}")
-        kv = kv or ("f32" if lm_head == "exact" else "f16")
-        if kv not in KV_TYPES:
-            raise ValueError(f"kv must be one of {', '.join(repr(k) for k in KV_TYPES)}, not {kv!r}")
+        one_of("lm_head", lm_head, LM_HEADS)
+        kv = one_of("kv", ("f32" if lm_head == "exact" else "f16") if kv is None else kv, KV_TYPES)
         cfg = ef.config
         self.file = ef
         self.lm_head = lm_head
@@ -221,8 +227,7 @@ class Engine:
             raise ValueError(f"commit at {start} would leave a gap after the {self.n_past} committed positions")
         if not commit and start < self.n_past:
             raise ValueError(f"an uncommitted forward at {start} would overwrite committed positions (< {self.n_past})")
-        if attention not in ("causal", "block"):
-            raise ValueError(f"attention must be 'causal' or 'block', not {attention!r}")
+        one_of("attention", attention, ("causal", "block"))
         if attention == "block":
             block_size = whole_number("block_size", block_size, 1, C_INT_MAX, "what a C int holds")
         kv_end = start + n if kv_end is None else int(kv_end)

@@ -6,9 +6,10 @@ check_table(meta, size, ...) -> layout   the tensor table: known dtypes, shapes 
                                          chunk sums) consistent with the file
 check_meta(meta, where)                  the config (config_problem), the ternary packing and the keys the model
                                          layer reads
-config_problem(cfg) -> str | None        the hyper-parameters the engine runs on: positive whole numbers
-                                         (not booleans, not 1.5), a finite positive rope_theta and
-                                         rms_norm_eps, each in the range a real model could have (REAL_RANGES),
+config_problem(cfg) -> str | None        the hyper-parameters the engine runs on, each by its rule in
+                                         key_rules.py (positive whole numbers, not booleans, not 1.5; a finite
+                                         positive rope_theta and rms_norm_eps; each in the range a real model
+                                         could have, REAL_RANGES),
                                          heads that divide evenly, a known activation, sub-norm and head
                                          flags, no rope scaling or a complete llama3 one
 
@@ -19,30 +20,19 @@ import math
 
 import numpy as np
 
+from .key_rules import ACTIVATIONS, MAX_CONTEXT, RULES, problem
 from .packing import PACKINGS
 from .rope import ROPE_SCALING_KEYS
 
 DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int32": np.int32, "float32": np.float32}
-MAX_CONTEXT = 1 << 20
 # The range a real model's value lies in (generous: the largest models are far inside), and BitNet b1.58 2B-4T's
-# own value for the message. A value outside is a damaged or hostile config (rms_norm_eps 2^31 makes every output
-# the same token), refused rather than run.
-REAL_RANGES = {
-    "hidden_size": (1, 1 << 16, 2560),            # Llama 3.1 405B: 16384
-    "intermediate_size": (1, 1 << 18, 6912),      # 405B: 53248
-    "num_hidden_layers": (1, 1024, 30),           # 405B: 126
-    "num_attention_heads": (1, 1024, 20),         # 405B: 128
-    "num_key_value_heads": (1, 1024, 5),
-    "head_dim": (1, 1024, 128),                   # 64 to 256 in practice
-    "vocab_size": (1, 1 << 22, 128256),           # Gemma: 262144
-    "max_position_embeddings": (1, MAX_CONTEXT, 4096),
-    "rope_theta": (1.0, 1e12, 500000.0),          # 1e4 to a few 1e9 (long-context fine-tunes)
-    "rms_norm_eps": (1e-12, 1e-2, 1e-05),         # 1e-5 or 1e-6 in practice
-}
-INT_KEYS = tuple(k for k, (lo, _, _) in REAL_RANGES.items() if isinstance(lo, int))
+# own value for the message: key_rules.RULES. A value outside is a damaged or hostile config (rms_norm_eps 2^31 makes
+# every output the same token), refused rather than run.
+CONFIG_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "vocab_size", "max_position_embeddings", "rope_theta", "rms_norm_eps")
+REAL_RANGES = {k: (RULES[k].low, RULES[k].high, RULES[k].example) for k in CONFIG_KEYS}
 ROPE_SCALING_RANGES = {"factor": 1024.0, "low_freq_factor": 1024.0, "high_freq_factor": 1024.0,
                        "original_max_position_embeddings": float(MAX_CONTEXT)}  # llama3: 8, 1, 4, 8192
-ACTIVATIONS = ("relu2", "silu")
 
 
 def _whole(x) -> bool:
@@ -66,27 +56,14 @@ def config_problem(cfg) -> str | None:
     """None when cfg holds usable hyper-parameters, else what is wrong with them."""
     if not isinstance(cfg, dict):
         return "has no config object"
-    for key in INT_KEYS:
-        v = cfg.get(key)
-        if not _whole(v) or v <= 0:
-            return f"has {key} = {v!r}, which is not a positive whole number"
-    for key in ("rope_theta", "rms_norm_eps"):
-        v = cfg.get(key)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-            return f"has {key} = {v!r}, which is not a finite positive number"
-    for key, (low, high, example) in REAL_RANGES.items():
-        if not low <= cfg[key] <= high:
-            return (f"has {key} = {cfg[key]!r}, outside the range a real model could have ({low:g} to {high:g}; "
-                    f"BitNet b1.58 2B-4T has {example:g})")
+    for key in CONFIG_KEYS + ("hidden_act", "sub_norms", "tie_word_embeddings"):
+        why = problem(key, cfg.get(key))
+        if why:
+            return "has " + why
     h, g, hd, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["hidden_size"]
     if h * hd != d or h % g or hd % 2:
         return (f"has {h} heads x head_dim {hd} for hidden_size {d} with {g} KV heads (heads x head_dim must equal "
                 "hidden_size, the KV heads divide the heads, head_dim is even)")
-    if cfg.get("hidden_act") not in ACTIVATIONS:
-        return f"has hidden_act = {cfg.get('hidden_act')!r}, not one of {', '.join(ACTIVATIONS)}"
-    for key in ("sub_norms", "tie_word_embeddings"):
-        if not isinstance(cfg.get(key), bool):
-            return f"has {key} = {cfg.get(key)!r}, which is not true or false"
     return rope_scaling_problem(cfg.get("rope_scaling"))
 
 
@@ -179,8 +156,24 @@ def check_meta(meta: dict, where: str) -> None:
         _fail(where, f"has a ternary_packing {str(meta.get('ternary_packing'))[:40]!r} (one of {', '.join(PACKINGS)})")
     if meta.get("prompt_format") not in (None, "chat", "completion"):
         _fail(where, f"has a prompt_format {meta['prompt_format']!r} (chat or completion)")
+    _check_settings(meta, where)
+
+
+def _check_settings(meta: dict, where: str) -> None:
+    """The values the model layer reads from the checkpoint's settings, by the rules the converter held them to
+    (key_rules): the diffusion block, generation_config.json's and tokenizer_config.json's."""
     d = meta.get("diffusion") or {}
-    if d.get("block_size") is not None and not (_whole(d["block_size"]) and 0 < d["block_size"] <= MAX_CONTEXT):
-        _fail(where, f"has a diffusion block_size {d['block_size']!r} that is not a positive whole number")
     if d.get("attention") not in (None, "block", "causal"):
         _fail(where, f"has a diffusion attention {d['attention']!r} (block or causal)")
+    for part, keys in (("diffusion", ("block_size", "sub_block_size", "threshold", "trained")),
+                       ("generation_config", ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
+                                              "bos_token_id", "eos_token_id")),
+                       ("tokenizer_config", ("bos_token", "eos_token", "add_bos_token"))):
+        values = meta.get(part) or {}
+        for key in keys:
+            why = None if values.get(key) is None else problem(key, values[key])
+            if why:
+                _fail(where, f"has {part} {why}")
+    block, sub = d.get("block_size"), d.get("sub_block_size")
+    if block is not None and sub is not None and block % sub:
+        _fail(where, f"has a diffusion sub_block_size {sub} that does not divide its block_size {block}")

@@ -8,6 +8,8 @@
 
 The checks the converter runs before a tokenizer is stored are in tokenizer_checks.py.
 """
+import json
+
 import tokenizers
 
 REPLACEMENT_CHAR = "\ufffd"  # what a byte-level decoder shows for an incomplete UTF-8 sequence
@@ -35,6 +37,38 @@ def _rust_call(what: str, fn, *args, **kwargs):
     return guarded(lambda exc: TokenizerError(f"the model's tokenizer.json is broken: {what} failed "
                                               f"({type(exc).__name__}: {str(exc)[:200]}). Download the checkpoint's "
                                               "tokenizer.json again and convert it again."), fn, *args, **kwargs)
+
+
+def _template_tokens(processor: dict):
+    """(the special tokens a TemplateProcessing's single and pair templates write, its special_tokens map) for it
+    and every processor inside a Sequence."""
+    inner = processor.get("processors")
+    for p in inner if isinstance(inner, list) else []:
+        if isinstance(p, dict):
+            yield from _template_tokens(p)
+    if processor.get("type") == "TemplateProcessing":
+        pieces = [p for key in ("single", "pair") for p in processor.get(key) or [] if isinstance(p, dict)]
+        named = [p["SpecialToken"].get("id") for p in pieces if isinstance(p.get("SpecialToken"), dict)]
+        yield named, processor.get("special_tokens") or {}
+
+
+def post_processor_problem(tok) -> str | None:
+    """What is wrong with a loaded tokenizer's post-processor, or None: a template that writes a special token its
+    special_tokens map lacks makes the tokenizers library panic in Rust at the first encode, printing the panic to
+    stderr (fd 2) before Python sees an exception; found here first, the user sees only the clear error."""
+    processor = tok.post_processor
+    if processor is None:
+        return None
+    try:
+        state = json.loads(processor.__getstate__())
+    except (AttributeError, TypeError, ValueError):   # a processor without a JSON state: nothing to look at
+        return None
+    for named, specials in _template_tokens(state if isinstance(state, dict) else {}):
+        for token in named:
+            if token not in specials:
+                return (f"its post-processor writes the special token {token!r}, which its special_tokens list "
+                        f"lacks (it lists {', '.join(repr(k) for k in list(specials)[:5]) or 'none'})")
+    return None
 
 
 def check_text(text, what: str = "the text") -> None:
@@ -67,6 +101,10 @@ class Tokenizer:
             raise TokenizerError("the model file's tokenizer is not text; convert the checkpoint again")
         self._json = tokenizer_json
         self._tok = _rust_call("reading it", tokenizers.Tokenizer.from_str, tokenizer_json)
+        problem = post_processor_problem(self._tok)
+        if problem:
+            raise TokenizerError(f"the model's tokenizer.json is broken: {problem}. Download the checkpoint's "
+                                 "tokenizer.json again and convert it again.")
         self._plain = None      # a copy that reads special tokens as text (encode_plain), made when needed
         self._specials = None
         self._windows: dict[tuple, str] = {}  # decode_window's memory

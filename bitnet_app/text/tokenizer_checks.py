@@ -20,7 +20,7 @@ import re
 
 import tokenizers
 
-from .tokenizer import TokenizerError, guarded
+from .tokenizer import TokenizerError, guarded, post_processor_problem
 
 PROBE = "Hello, world! 123 The quick brown fox."   # letters, digits, punctuation: any real tokenizer gives it back
 SPECIAL_IN_TEMPLATE = re.compile(r"<\|[^<>|\s]{1,64}\|>")  # what a template writes as special: <|eot_id|>, <|user|>
@@ -40,6 +40,9 @@ def check_tokenizer(tok_text: str, where: str, vocab_size: int, named_ids: dict 
     named_texts: {"tokenizer_config.json bos_token": "<|begin_of_text|>", ...}; template: the chat template the
     model will render (None: none)."""
     tok = _library(where, tokenizers.Tokenizer.from_str, tok_text)
+    problem = post_processor_problem(tok)
+    if problem:
+        raise TokenizerError(f"{where} cannot be used: {problem}. {USE_ORIGINAL}")
     full = _library(where, tok.encode, PROBE, add_special_tokens=True).ids
     plain = _library(where, tok.encode, PROBE, add_special_tokens=False).ids
     back = _library(where, tok.decode, plain)
