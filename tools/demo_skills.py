@@ -395,7 +395,8 @@ class DaysMonths(Family):
 
 
 class Repeat(Family):
-    # held out: adjective-noun combinations with (adjective index + noun index) % 7 == 0 (each word is trained)
+    # held out: adjective-noun combinations with (adjective index + noun index) % 7 == 0, PHRASES with index % 7 == 3
+    # and PHRASE_WORDS sequences whose word indices sum to 3 modulo 7 (each word is trained)
     weight = 10
     CORES = ["Repeat \"{p}\" {n} times", "Say \"{p}\" {n} times", "Write \"{p}\" {n} times",
              "Repeat the phrase \"{p}\" {n} times", "Type \"{p}\" {n} times", "Say {p} {n} times",
@@ -450,7 +451,7 @@ class Repeat(Family):
     def ask(self, rng, p):
         n = _count_text(rng, p[1])
         c = {2: "twice", 3: "thrice"}[p[1]] if p[1] in (2, 3) and rng.random() < 0.3 else n + " times"
-        if " " in p[0] and rng.random() < 0.5:  # a phrase of words, in any quoting (one that the cores do not use)
+        if " " in p[0] and rng.random() < 0.5:  # a phrase of words: in double, single, curly or no quotes
             q = rng.choice(self.QUOTES)
             core = rng.choice(self.PHRASE_CORES if q[0] else self.UNQUOTED_CORES)
             return _phrase(rng, [core.replace("{q}", q[0] + "{p}" + q[1])], p=p[0], n=n, c=c)
