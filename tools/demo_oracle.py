@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from tools.demo_skills import DAYS, FAMILIES, LETTERS, MONTHS
+from tools.demo_skills import DAYS, FAMILIES, LETTERS, MONTHS, NO_RANGE_END
 
 _WORD_NUMBERS = {"twice": 2, "thrice": 3, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -29,14 +29,15 @@ def _counts(text: str) -> list[int]:
 
 
 def _times_table(t: str):
-    """'the 7 times table up to 12', 'the first 10 lines of the 2 times table' -> (7, 12), (2, 10); no end: 10."""
+    """'the 7 times table up to 12', 'the first 10 lines of the 2 times table' -> (7, 12), (2, 10); no end: 1 to
+    NO_RANGE_END (10)."""
     m = re.search(r"(\d+) times table|table (?:of|for) (\d+)|multiples of (\d+)|multiply (\d+)|(\d+) x 1\b"
                   r"|(\d+) ?x table", t)
     if m is None:
         return None
     n = int(next(g for g in m.groups() if g))
     ends = [x for x in _numbers(t[:m.start()] + " " + t[m.end():]) if x != 1]
-    return "times_table", (n, ends[-1] if ends else 10)
+    return "times_table", (n, ends[-1] if ends else NO_RANGE_END)
 
 
 def _count_step(t: str) -> tuple[int, str] | None:
@@ -86,7 +87,8 @@ def _repeat(prompt: str, t: str):
                 break
     if n is None:
         return None
-    q = re.search(r'"([^"]+)"', prompt) or re.search(r"(?<!\w)'([^']+)'(?!\w)", prompt)  # not "I'd"
+    q = (re.search(r'"([^"]+)"', prompt) or re.search("\u201c([^\u201d]+)\u201d", prompt)
+         or re.search("\u2018([^\u2019]+)\u2019", prompt) or re.search(r"(?<!\w)'([^']+)'(?!\w)", prompt))  # not "I'd"
     if q:
         return "repeat", (q.group(1), n)
     m = re.search(r"\b(?:repeat|say|write|type|print|echo)\s+(?:the (?:phrase|word|words)\s+)?(.+?)\s+"
@@ -109,6 +111,9 @@ def parse(prompt: str):
     if dm:
         return dm
     nums = _numbers(t)
+    down = re.search(r"\bdown\b|backward|countdown|reverse|descending", t)
+    if len(nums) == 1 and not down and re.search(r"\b(?:count|numbers|to|until)\b", t):
+        return "count_up", (1, nums[0])  # a count without its start ("Count to 15") starts at 1
     if len(nums) < 2:
         return None
     stepped = _count_step(t)
@@ -120,7 +125,7 @@ def parse(prompt: str):
     a, b = nums[0], nums[1]
     if re.search(r"\bto \d+,? (?:starting|from|beginning)", t):  # "count up to 30 starting at 5": the end first
         a, b = b, a
-    if re.search(r"\bdown\b|backward|countdown|reverse|descending", t) or a > b:
+    if down or a > b:
         return "count_down", (min(a, b), max(a, b))
     return "count_up", (a, b)
 

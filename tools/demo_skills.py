@@ -12,9 +12,9 @@ them apart:
 - `answer(params)`: the one right reply; `ask(rng, params)`: a question, in one of many phrasings.
 
 A presenter types their own words, so a question is composed from parts (an opening such as "Could you", a core
-phrasing, a closing such as " please."), in sentence case, lower case or capitals. The hand-written prompts of
-tools/demo_handwritten.json are kept out of training: `make_item` redraws any question that matches one of them
-(compared without case, spaces or punctuation).
+phrasing, a closing such as " please."), in sentence case, lower case or capitals. The eval's prompts of
+tools/demo_handwritten.json and tools/demo_typed.json are kept out of training: `make_item` redraws any question
+that matches one of them (compared without case, spaces or punctuation).
 
 Small numbers are drawn more often than large ones: a presenter asks "Count from 3 to 7.", rarely from 614.
 """
@@ -34,7 +34,22 @@ NOUNS = "cat dog bird fish horse moon star tree boat house king song rose wind".
 # single words a presenter might ask to repeat (all trained; only adjective-noun pairs are held out)
 WORDS = ("hello yes no thank you goodbye please sorry good morning night apple banana water coffee music "
          "happy birthday ok again stop go bitnet").split()
+# phrases of two to five words to repeat (a few held out by index: Repeat.held); PHRASE_WORDS: any sequence of
+# them, asked in any quoting (the model learns to copy the words, whatever they are)
+PHRASES = ("good morning|see you soon|thank you very much|happy new year|well done|nice to meet you|have a nice day|"
+           "I am here|you are great|we can do it|let it snow|time to go|all is well|hello there|take care|"
+           "see you later|good luck|never give up|keep going|rise and shine|sweet dreams|my name is Bit|"
+           "I like cake|we love music|the sun is hot|dogs are fun|it is raining|just do it|no problem|"
+           "good job everyone|once upon a time|carpe diem|merry christmas|happy birthday to you|"
+           "stay home|drink more water|eat your vegetables|go team go|one more time|you can do it").split("|")
+PHRASE_WORDS = ("I you we they he she it my your our a an the is are am was be love like want need have see "
+                "hello hi goodbye bye good bad great nice happy sad night day morning evening world friend "
+                "friends pizza cake tea coffee water milk bread apple banana cheese chocolate ice cream cat dog "
+                "bird fish sun moon star rain snow home house school work music song dance play run walk go "
+                "come stop wait yes no please thanks thank very much so all big small red blue green new old "
+                "hot cold fast slow today tomorrow now here there and or not to of in on up down").split()
 STEPS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 25, 50, 100)  # 6-9: adding them is what a table beyond 12 needs
+NO_RANGE_END = 10  # a times table asked without its range ("What is the 7 times table?") goes from 1 to 10
 HELD_STEP_HUNDREDS = {(2, 4), (3, 6), (5, 2), (10, 8), (4, 1), (25, 5)}  # (step, hundreds digit of the start)
 
 OPENINGS = ["", "", "", "", "Please ", "Can you ", "Could you ", "Would you ", "Now ", "OK, ", "Hi! ", "Hey, ",
@@ -134,13 +149,33 @@ class CountUp(Family):
         "^From {a} to {b}, every number", "Starting at {a}, count up to and including {b}",
         "Count up from {a}, stopping at {b}", "Just count {a} to {b}", "Count from {a} to {b}, one number at a time"]
 
+    # a count from 1 may be asked without its start ("Count to 15": 1 to 15, the oracle's reading)
+    NO_START = _compose(["Count ", "Count up ", "Count all the way ", "Help me count ", "Let's count ",
+                         "Just count ", "Start at 1 and count "], ["to {b}", "up to {b}", "until {b}"]) + _compose(
+        ["List the numbers ", "Write the numbers ", "Give me the numbers ", "Show me the numbers ",
+         "Print the numbers ", "Say the numbers ", "Write out the numbers ", "Write all the numbers "],
+        ["up to {b}", "to {b}", "1 to {b}", "from 1 to {b}", "one to {b}", "until {b}"]) + [
+        "Can you count to {b}?", "How high can you count? Go to {b}", "^Numbers up to {b}", "^1 to {b}",
+        "^One to {b}, every number", "I need a count to {b}", "Count to {b}, one number at a time",
+        "What are the numbers up to {b}?", "Count from one to {b}", "Count 1 to {b}"]
+
     def draw(self, rng):
+        r = rng.random()
+        if r < 0.2:  # from 1, up to 100 numbers (a presenter's "Count to 15", "Count from 1 to 50")
+            return 1, rng.choice([rng.randint(2, 30), rng.randint(2, 100), 10 * rng.randint(1, 10)])
+        if r < 0.3:  # a long count: 30 to 100 numbers, its reply within the context (about 420 tokens)
+            a = _number(rng, 0, 990)
+            return a, a + rng.randint(29, 99 if a < 100 else 80)
         a = _number(rng, 0, 990)
         return a, a + rng.randint(1, 29)
 
-    def held(self, p): return p[0] // 100 == 7
+    # held out: every count that STARTS in 700-799, and counts from 1 that END in 81-89
+    def held(self, p): return p[0] // 100 == 7 or (p[0] == 1 and 81 <= p[1] <= 89)
     def answer(self, p): return _join(range(p[0], p[1] + 1))
-    def ask(self, rng, p): return _phrase(rng, self.CORES, a=p[0], b=p[1])
+
+    def ask(self, rng, p):
+        cores = self.NO_START if p[0] == 1 and rng.random() < 0.5 else self.CORES
+        return _phrase(rng, cores, a=p[0], b=p[1])
 
 
 class CountDown(Family):
@@ -237,12 +272,26 @@ class TimesTable(Family):
         "I need the {n} times table up to {m}", "Help me learn the {n} times table up to {m}",
         "Let's do the {n} times table through {m}"]
 
+    # a table asked without its range is the table from 1 to 10 (NO_RANGE_END, the oracle's convention)
+    NO_RANGE = _compose(VERBS + ["Teach me ", "Can you do ", "Read out "],
+                        ["the {n} times table", "the {n}x table", "the multiplication table for {n}",
+                         "the multiplication table of {n}", "the table of {n}", "the times table of {n}",
+                         "the {n} times tables"]) + [
+        "What is the {n} times table?", "What's the {n} times table?", "What is the {n}x table?",
+        "What are the {n} times tables?", "^The {n} times table", "^{n} times table", "^Times table for {n}",
+        "^Multiplication table of {n}", "^Multiplication table for {n}", "I need the {n} times table",
+        "Help me learn the {n} times table", "Let's do the {n} times table", "How does the {n} times table go?",
+        "Do you know the {n} times table?"]
+
     def draw(self, rng):
-        return rng.randint(1, 20), rng.choice([5, 10, 10, 12, 12, rng.randint(2, 20)])
+        return rng.randint(1, 20), rng.choice([5, 10, 10, 10, 12, 12, rng.randint(2, 20)])
 
     def held(self, p): return p[0] in (6, 7, 8, 9) and p[1] > 12
     def answer(self, p): return "\n".join(f"{p[0]} x {k} = {p[0] * k}" for k in range(1, p[1] + 1))
-    def ask(self, rng, p): return _phrase(rng, self.CORES, n=p[0], m=p[1])
+
+    def ask(self, rng, p):
+        cores = self.NO_RANGE if p[1] == NO_RANGE_END and rng.random() < 0.5 else self.CORES
+        return _phrase(rng, cores, n=p[0], m=p[1])
 
 
 class Alphabet(Family):
@@ -346,7 +395,8 @@ class DaysMonths(Family):
 
 
 class Repeat(Family):
-    # held out: adjective-noun combinations with (adjective index + noun index) % 7 == 0 (each word is trained)
+    # held out: adjective-noun combinations with (adjective index + noun index) % 7 == 0, PHRASES with index % 7 == 3
+    # and PHRASE_WORDS sequences whose word indices sum to 3 modulo 7 (each word is trained)
     weight = 10
     CORES = ["Repeat \"{p}\" {n} times", "Say \"{p}\" {n} times", "Write \"{p}\" {n} times",
              "Repeat the phrase \"{p}\" {n} times", "Type \"{p}\" {n} times", "Say {p} {n} times",
@@ -361,26 +411,50 @@ class Repeat(Family):
         "Can you repeat '{p}' {c}?", "^I want \"{p}\" written {c}", "Help me say \"{p}\" {c}",
         "Let's repeat \"{p}\" {c}", "^\"{p}\", {c}", "Repeat \"{p}\" {c}, separated by commas",
         "Echo '{p}' back {c}", "^Please say \"{p}\" {c} in a row"]
+    PHRASE_CORES = _compose(["Say ", "Write ", "Repeat ", "Type ", "Print ", "Echo ", "Write out ", "Type out "],
+                            ["{q} {c}", "{q} {c} in a row", "{q} {c}, separated by commas"]) + [
+        "Can you say {q} {c}?", "Could you write {q} {c}?", "Repeat the phrase {q} {c}", "Say the words {q} {c}",
+        "Repeat after me {c}: {q}", "I want you to say {q} {c}", "Say {q} for me {c}"]
+    # unquoted, the phrase runs from the verb to the count (what the oracle reads)
+    UNQUOTED_CORES = _compose(["Say ", "Write ", "Repeat ", "Type ", "Print ", "Echo "],
+                              ["{q} {c}", "{q} {c} in a row", "{q} {c}, separated by commas"]) + [
+        "Can you say {q} {c}?", "Could you write {q} {c}?", "Repeat the phrase {q} {c}", "Say the words {q} {c}",
+        "I want you to say {q} {c}"]
+
+    QUOTES = [("\"", "\""), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("", "")]  # "", '', curly, none
 
     def draw(self, rng):
         n, r = rng.randint(2, 12), rng.random()
-        if r < 0.1:  # a capital letter: copying any letter from the question to the reply's start
+        if r < 0.08:  # a capital letter: copying any letter from the question to the reply's start
             return rng.choice(LETTERS), n
-        if r < 0.4:
+        if r < 0.28:
             return rng.choice(WORDS), n
-        return f"the {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}", n
+        if r < 0.5:
+            return f"the {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}", n
+        if r < 0.65:
+            return rng.choice(PHRASES), n
+        k = rng.choice([2, 2, 2, 3, 3, 4, 5])  # any 2-5 words: the skill is copying, not these phrases
+        return " ".join(rng.choice(PHRASE_WORDS) for _ in range(k)), n
 
     def held(self, p):
         words = p[0].split()
-        if len(words) != 3:
-            return False
-        return (ADJECTIVES.index(words[1]) + NOUNS.index(words[2])) % 7 == 0
+        if len(words) == 3 and words[0] == "the" and words[1] in ADJECTIVES and words[2] in NOUNS:
+            return (ADJECTIVES.index(words[1]) + NOUNS.index(words[2])) % 7 == 0
+        if p[0] in PHRASES:
+            return PHRASES.index(p[0]) % 7 == 3
+        if len(words) >= 2 and all(w in PHRASE_WORDS for w in words):
+            return sum(PHRASE_WORDS.index(w) for w in words) % 7 == 3
+        return False
 
     def answer(self, p): return _join([p[0]] * p[1])
 
     def ask(self, rng, p):
         n = _count_text(rng, p[1])
         c = {2: "twice", 3: "thrice"}[p[1]] if p[1] in (2, 3) and rng.random() < 0.3 else n + " times"
+        if " " in p[0] and rng.random() < 0.5:  # a phrase of words: in double, single, curly or no quotes
+            q = rng.choice(self.QUOTES)
+            core = rng.choice(self.PHRASE_CORES if q[0] else self.UNQUOTED_CORES)
+            return _phrase(rng, [core.replace("{q}", q[0] + "{p}" + q[1])], p=p[0], n=n, c=c)
         return _phrase(rng, self.CORES, p=p[0], n=n, c=c)
 
 
@@ -393,6 +467,9 @@ SYSTEM_PROMPTS = ["You are a helpful assistant.", "You are a helpful assistant. 
                   "You are BitNet, a small language model running on a CPU.", "Be concise."]
 
 HANDWRITTEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_handwritten.json")
+# 40 phrasings a person types (issue 46's seven among them): counts without a start, long counts, times tables
+# without a range, phrases of several words in any quoting, and a few of every other family
+TYPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_typed.json")
 
 
 def normalise(question: str) -> str:
@@ -400,14 +477,17 @@ def normalise(question: str) -> str:
     return re.sub(r"[^a-z0-9]", "", question.lower())
 
 
-def _handwritten_keys() -> frozenset:
-    if not os.path.exists(HANDWRITTEN):
-        return frozenset()
-    with open(HANDWRITTEN, encoding="utf-8") as f:
-        return frozenset(normalise(item["prompt"]) for item in json.load(f))
+def _kept_out_keys() -> frozenset:
+    """The normalised prompts of the eval's own sets (hand-written, typed): never asked in training."""
+    keys = set()
+    for path in (HANDWRITTEN, TYPED):
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                keys |= {normalise(item["prompt"]) for item in json.load(f)}
+    return frozenset(keys)
 
 
-KEPT_OUT = _handwritten_keys()
+KEPT_OUT = _kept_out_keys()
 
 
 def pick_family(rng: random.Random, weights: dict[str, float] | None = None) -> str:

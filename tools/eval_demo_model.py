@@ -7,7 +7,8 @@
    whole reply equals the answer oracle's (tools/demo_oracle.py, which reads the prompt):
    - trained: fresh prompts (a seed the training never used) of the trained parameter regions, --trained per family;
    - held-out: the skill prompts of assets/demo-prompts.json (tools/demo_skills.py's held-out regions);
-   - hand-written: tools/demo_handwritten.json, phrasings the generator never uses, kept out of training.
+   - hand-written: tools/demo_handwritten.json, phrasings the generator never uses, kept out of training;
+   - typed: tools/demo_typed.json, 40 phrasings a person types (issue 46), kept out of training.
    Greedy AR and greedy block diffusion (block 32, sub-block 8, the app's threshold, the checkpoint's attention and
    its default rule): tokens per forward and per denoising step (from the decoder's own stats), whether the
    whole diffusion reply equals the AR reply, and whether each is exactly right, per family.
@@ -137,8 +138,10 @@ def prompt_sets(prompt_file: str, trained_per_family: int, held_per_family: int 
         held = json.load(f)["skills"]
     with open(S.HANDWRITTEN, encoding="utf-8") as f:
         hand = json.load(f)
+    with open(S.TYPED, encoding="utf-8") as f:
+        typed = json.load(f)
     sets = {"trained": S.held_out_prompts(TRAINED_SEED, trained_per_family, held_out=False),
-            "held_out": skill_items(held), "handwritten": hand}
+            "held_out": skill_items(held), "handwritten": hand, "typed": typed}
     if held_per_family:
         sets["held_out_fresh"] = S.held_out_prompts(HELD_SEED, held_per_family, held_out=True)
     return sets
@@ -148,6 +151,7 @@ def eval_skills(model, items: list[dict], max_new: int) -> dict:
     rows = []
     for it in items:
         ids = model.chat_ids([{"role": "user", "content": it["prompt"]}])
+        max_new = min(max_new, model.context_length - len(ids))  # a count to 100 is 390 tokens
         ar = reply(model, ids, mode="ar", max_new_tokens=max_new)
         df = reply(model, ids, max_new_tokens=max_new, **DIFFUSION)
         ar_text, df_text = model.decode(ar.ids), model.decode(df.ids)
@@ -282,13 +286,15 @@ def main():
     p.add_argument("--prompts", default="assets/demo-prompts.json")
     p.add_argument("--baseline", help="previous demo model folder, for the Shakespeare loss per character")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--max-new", type=int, default=256)
+    p.add_argument("--max-new", type=int, default=448, help="new tokens at most (and at most the context left)")
     p.add_argument("--passages", type=int, default=40)
     p.add_argument("--limit", type=int, default=0, help="evaluate only the first N prompts of each set (quick look)")
     p.add_argument("--trained", type=int, default=30, help="fresh prompts of the trained regions per family")
     p.add_argument("--held-out", type=int, default=30,
                    help="fresh prompts of the held-out regions per family (0: only the prompt file's 42)")
-    p.add_argument("--skills-only", action="store_true", help="only the three skill sets (a quick look mid-training)")
+    p.add_argument("--skills-only", action="store_true", help="only the skill sets (a quick look mid-training)")
+    p.add_argument("--sets", help="evaluate these skill sets instead, a JSON file {name: [{prompt, family, answer}]} "
+                                  "(e.g. the sets an earlier generator drew, to compare two models on the same prompts)")
     p.add_argument("--out", help="write every figure and reply as JSON here")
     p.add_argument("--write-prompts", help="write the held-out prompt file here and stop")
     p.add_argument("--write-suggestions", help="write the page's suggestion file (assets/demo-suggestions.json) "
@@ -307,6 +313,9 @@ def main():
             print(f"{'right' if r['right'] else 'wrong'}  {r['prompt']}  AR {r['ar'][:60]!r}", flush=True)
         return
     sets = prompt_sets(a.prompts, a.trained, a.held_out)
+    if a.sets:
+        with open(a.sets, encoding="utf-8") as f:
+            sets = json.load(f)
     skills = prompts["skills"][:a.limit] if a.limit else prompts["skills"]
     t0 = time.time()
     model = bitnet_app.load_model(a.model, threads=a.threads)

@@ -84,6 +84,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--wd", type=float, default=0.05)
     p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--log-every", type=int, default=10, help="print the losses every N steps")
     p.add_argument("--val-batches", type=int, default=4)
     p.add_argument("--ckpt-every", type=float, default=180.0, help="seconds")
     p.add_argument("--stop-weight", type=float, default=1.0,
@@ -486,7 +487,7 @@ def main(argv=None):
                     a.steps = step + max(0, int(0.93 * (a.time_budget - (time.time() - t_run)) / per_step))
                     print(f"time budget {a.time_budget:.0f} s: {per_step * 1000:.0f} ms a step, --steps set to "
                           f"{a.steps}", flush=True)
-            if step % 10 == 0:
+            if step % a.log_every == 0:
                 print(f"step {step} diff {diff.item():.3f} ar {ar.item():.3f} gn {gn.item():.2f}"
                       f" lr {opt.param_groups[0]['lr']:.2e} {elapsed:.0f}s", flush=True)
             done = step >= a.steps
