@@ -363,3 +363,15 @@ def test_auto_threads_is_one_for_a_small_model_unless_bitnet_threads_says(tmp_pa
     assert loading.auto_threads(str(tmp_path / "missing.bitnet")) is None
     monkeypatch.setenv("BITNET_THREADS", "2")
     assert loading.auto_threads(str(small)) is None  # the engine reads it: the user's number wins
+
+
+def test_a_select_box_offers_the_checkpoints_own_number():
+    """A checkpoint trained with blocks of 12 (sub-block 6 by params.default_sub_block) keeps them in the sidebar:
+    its numbers join the fixed lists instead of being replaced by the first option."""
+    from bitnet_app.ui import sidebar
+
+    assert sidebar._options("block_size", 12) == (4, 8, 12, 16, 32, 64)
+    assert sidebar._options("sub_block_size", 6) == (1, 2, 4, 6, 8, 16, 32, 64)
+    assert sidebar._options("block_size", 32) == (4, 8, 16, 32, 64)
+    assert sidebar._options("block_size", None) == (4, 8, 16, 32, 64)
+    assert sidebar._options("attention", "block") == sidebar._options("attention")

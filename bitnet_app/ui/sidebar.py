@@ -181,9 +181,14 @@ def _follows(name: str, model) -> dict:
                                                                           model.diffusion_defaults["threshold"]))}
 
 
-def _options(name: str) -> tuple:
+def _options(name: str, current=None) -> tuple:
+    """The values a select box offers: its list, plus a number the checkpoint itself suggests that the list lacks
+    (a model trained with blocks of 12 shows 12, and its sub-block 6), in order."""
     meta = KNOBS[name].metadata
-    return tuple(meta["ui"].get("options") or meta["choices"])
+    options = tuple(meta["ui"].get("options") or meta["choices"])
+    if isinstance(current, int) and not isinstance(current, bool) and options and current not in options:
+        options = tuple(sorted(options + (current,)))
+    return options
 
 
 def _shown(name: str, value) -> str:
@@ -200,8 +205,8 @@ def fit_settings(model) -> dict[str, str]:
     ss = st.session_state
     notes = {}
     for name in state.SETTING_KNOBS:
-        options = _options(name)
         value = ss.get(name)
+        options = _options(name, value)
         if not options or value not in options:
             continue
         values = {n: ss.get(n) for n in KNOBS}
@@ -233,7 +238,7 @@ def _knob(name: str, busy: bool, on_change=None, **ui) -> None:
         st.number_input(meta["label"], min_value=meta["low"], max_value=ui.get("high"), step=ui["step"],
                         placeholder=ui.get("placeholder"), **common)
     else:
-        options = _options(name)
+        options = _options(name, st.session_state.get(name))
         settings = {n: st.session_state.get(n) for n in KNOBS}
         why_not = {o: problem(name, o, settings) for o in options}
         allowed = [o for o in options if not why_not[o]]  # fit_settings made the current value one of these
