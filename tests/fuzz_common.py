@@ -1,5 +1,5 @@
-"""What the fuzz families share (tests/fuzz.py, tests/fuzz_values.py): the oracle's exception, copies of the seed
-inputs, the product calls a case ends with, and the hostile values."""
+"""What the fuzz families share (tests/fuzz.py, fuzz_values.py, fuzz_types.py): the oracle's exception, copies of
+the seed inputs, the product calls a case ends with (a re-sealed engine file among them), and the hostile values."""
 import json
 import math
 import os
@@ -81,3 +81,17 @@ def rewrite_meta(src, dst, meta) -> bool:
     with open(dst, "wb") as f:
         f.write(data)
     return True
+
+
+def reseal_data(case_dir, data, raw, meta):
+    """The engine file `data` (its tensor bytes `raw` edited in place) with its chunk sums and digest made valid
+    again, written into case_dir: its path, or None when the metadata no longer fits."""
+    from bitnet_app.engine import file as ef
+    step, end = meta["layout"]["chunk_bytes"], meta["layout"]["file_bytes"]
+    meta["layout"]["chunk_sums"] = [int(ef._words(raw[b:min(end, b + step)]).sum(dtype="uint64"))
+                                    for b in range(meta["layout"]["data_start"], end, step)]
+    src = os.path.join(case_dir, "edited.bitnet")
+    with open(src, "wb") as f:
+        f.write(data)
+    path = os.path.join(case_dir, "m.bitnet")
+    return path if rewrite_meta(src, path, meta) else None

@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from fuzz_common import SilentAcceptance, convert, copy_folder, open_and_run, rewrite_meta
+from fuzz_common import SilentAcceptance, convert, copy_folder, open_and_run, reseal_data
 
 _CACHE = {}
 
@@ -167,14 +167,8 @@ def fam_scale_signs(rng, seeds, case_dir):
     value = np.float32(_pick(rng, [0.0, -0.0, -1.0, -1e-30, -65504.0, 1e-45, 0.5, 2.0]))
     view[i] = -view[i] if value == -1.0 else value
     ok = bool(np.all(view[:rows] > 0) and np.all(view[rows:] == 0))
-    step, end = meta["layout"]["chunk_bytes"], meta["layout"]["file_bytes"]
-    meta["layout"]["chunk_sums"] = [int(ef._words(raw[b:min(end, b + step)]).sum(dtype=np.uint64))
-                                    for b in range(meta["layout"]["data_start"], end, step)]
-    src = os.path.join(case_dir, "edited.bitnet")
-    with open(src, "wb") as f:
-        f.write(data)
-    path = os.path.join(case_dir, "m.bitnet")
-    if not rewrite_meta(src, path, meta):
+    path = reseal_data(case_dir, data, raw, meta)
+    if path is None:
         return "skipped"
     logits = open_and_run(path)
     if not ok:

@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from fuzz_common import SilentAcceptance, convert, copy_folder, open_and_run, rewrite_meta
+from fuzz_common import SilentAcceptance, convert, copy_folder, open_and_run, reseal_data, rewrite_meta
 
 C_INT_MAX = 2 ** 31 - 1
 BIG = [2 ** 31, 2 ** 32, 2 ** 63, 2 ** 64, 10 ** 30, -2 ** 31 - 1, -2 ** 63]
@@ -121,7 +121,6 @@ def _damaged_values(views, packing="2bit") -> str | None:
 
 
 def fam_resealed_data(rng, seeds, case_dir):
-    from bitnet_app.engine import file as ef
     with open(seeds["engine"], "rb") as f:
         data = bytearray(f.read())
     meta = _seed_meta(seeds)
@@ -152,15 +151,8 @@ def fam_resealed_data(rng, seeds, case_dir):
             pos = int(rng.integers(start, len(data)))
             data[pos] ^= 1 << int(rng.integers(0, 8))
         must_refuse = _damaged_values(views, meta.get("ternary_packing", "2bit")) is not None
-    step = meta["layout"]["chunk_bytes"]
-    end = meta["layout"]["file_bytes"]
-    meta["layout"]["chunk_sums"] = [int(ef._words(raw[b:min(end, b + step)]).sum(dtype=np.uint64))
-                                    for b in range(meta["layout"]["data_start"], end, step)]
-    src = os.path.join(case_dir, "edited.bitnet")
-    with open(src, "wb") as f:
-        f.write(data)
-    path = os.path.join(case_dir, "m.bitnet")
-    if not rewrite_meta(src, path, meta):
+    path = reseal_data(case_dir, data, raw, meta)
+    if path is None:
         return "skipped"
     logits = open_and_run(path)
     if must_refuse:
