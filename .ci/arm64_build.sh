@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 ARM64_CACHE="${ARM64_CACHE:-/var/cache/bitnet-arm64}"
 PY="${1:-$(command -v python || command -v python3)}"
 ROOT="$ARM64_CACHE/root"
+# setup.py's own needs (pyproject.toml's build-system: pip's isolated build env had them for the host's install, this
+# direct call needs them in PY's environment)
+"$PY" -c "import Cython, setuptools, numpy" 2>/dev/null || "$PY" -m pip install -q "setuptools>=68" "cython>=3.0" "numpy>=2.0"
 _PYTHON_HOST_PLATFORM=linux-aarch64 \
 _PYTHON_SYSCONFIGDATA_NAME=_sysconfigdata__linux_aarch64-linux-gnu \
 PYTHONPATH="$ARM64_CACHE/sysconfig${PYTHONPATH:+:$PYTHONPATH}" \
