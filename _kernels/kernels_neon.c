@@ -366,6 +366,7 @@ void bn_neon_fill(bn_kernels *k) {
     k->to_f16 = to_f16;
     k->dot_f16 = dot_f16;
     k->axpy_f16 = axpy_f16;
+    k->attend_rows = bn_neon_attend_rows;
     k->max_first = max_first;
     k->scale_row = scale_row;
     k->select_at_least = select_at_least;

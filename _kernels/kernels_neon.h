@@ -1,10 +1,10 @@
 /* The aarch64 kernel files (kernels_neon.c: ARMv8.0 ASIMD; kernels_neon_dotprod.c: sdot; kernels_neon_i8mm.c:
- * smmla) and what they share. Each file writes its entries over a table that dispatch.c starts from the portable
- * one: the ARMv8.0 file every entry it has, the other two their matmuls. Left NULL, so that forward.c's, greedy.c's
- * and sample.c's plain loops (the reference) run over the entries given here: the fused norm_quant (forward.c
- * composes sumsq, norm_apply, absmax and quantize), attend_rows (forward.c's attention over dot / axpy and their
- * fp16 forms, and its int8 K/V loop), and the entries that need an exponential (silu_mul, expsum, exp_shifted: libm's
- * expf / exp, as a NEON polynomial would round otherwise).
+ * smmla; kernels_neon_attention.c: the multi-row attention, ARMv8.0) and what they share. Each file writes its entries
+ * over a table that dispatch.c starts from the portable one: the ARMv8.0 files every entry they have (the attention
+ * included), the other two their matmuls. Left NULL, so that forward.c's, greedy.c's and sample.c's plain loops (the
+ * reference) run over the entries given here: the fused norm_quant (forward.c composes sumsq, norm_apply, absmax and
+ * quantize), and the entries that need an exponential (silu_mul, expsum, exp_shifted: libm's expf / exp, as a NEON
+ * polynomial would round otherwise).
  *
  * Why 2-bit ternary tiles on ARM (kernel_paths.py: trit_tiles False): a 64-byte group of 2-bit codes (256 weights)
  * costs 4 and, 6 shift-and (or shift) and 16 sdot, ~7 instructions per 64 weights; a 1.6-bit byte's digit d is
@@ -19,6 +19,10 @@
 #include "kernels.h"
 
 void bn_neon_fill(bn_kernels *k);
+/* kernels_neon_attention.c: kernels.h's attend_rows (head sizes a multiple of 8; returns 0 for the others) */
+int bn_neon_attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
+                        int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
+                        float *scratch, float *out, size_t ldo);
 #ifndef BN_NO_NEON_DOTPROD
 void bn_neon_dotprod_fill(bn_kernels *k);
 #endif
