@@ -221,6 +221,29 @@ static void norm_apply(const float *x, float inv, const float *w, float *out, in
     for (; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
+/* quant8(rmsnorm(x) * w) (kernels.h norm_quant): layer.c's composition of sumsq, norm_apply, absmax and quantize, the
+ * same operations in the same order (so the same numbers), with norm_apply and absmax sharing one pass */
+static int32_t norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
+    const float inv = 1.0f / sqrtf(sumsq(x, n) / (float)n + eps);
+    float32x4_t m4 = vdupq_n_f32(0.0f);
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t v = vmulq_f32(vld1q_f32(w + i), vmulq_n_f32(vld1q_f32(x + i), inv));
+        vst1q_f32(xn + i, v);
+        m4 = vmaxnmq_f32(m4, vabsq_f32(v)); /* absmax's lanes */
+    }
+    float m = vmaxnmvq_f32(m4);
+    for (; i < n; i++) {
+        xn[i] = w[i] * (x[i] * inv);
+        const float a = fabsf(xn[i]);
+        m = a > m ? a : m;
+    }
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    *xinv = 1.0f / scale;
+    return quantize(xn, n, np, scale, q);
+}
+
 static void relu2_mul(const float *g, const float *u, float *out, int n) {
     int i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -361,6 +384,7 @@ void bn_neon_fill(bn_kernels *k) {
     k->absmax = absmax;
     k->quantize = quantize;
     k->norm_apply = norm_apply;
+    k->norm_quant = norm_quant;
     k->relu2_mul = relu2_mul;
     k->add = add;
     k->to_f16 = to_f16;

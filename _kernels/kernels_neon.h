@@ -2,9 +2,8 @@
  * smmla; kernels_neon_attention.c: the multi-row attention, ARMv8.0) and what they share. Each file writes its entries
  * over a table that dispatch.c starts from the portable one: the ARMv8.0 files every entry they have (the attention
  * included), the other two their matmuls. Left NULL, so that forward.c's, greedy.c's and sample.c's plain loops (the
- * reference) run over the entries given here: the fused norm_quant (forward.c composes sumsq, norm_apply, absmax and
- * quantize), and the entries that need an exponential (silu_mul, expsum, exp_shifted: libm's expf / exp, as a NEON
- * polynomial would round otherwise).
+ * reference) run over the entries given here: the entries that need an exponential (silu_mul, expsum, exp_shifted:
+ * libm's expf / exp, as a NEON polynomial would round otherwise).
  *
  * Why 2-bit ternary tiles on ARM (kernel_paths.py: trit_tiles False): a 64-byte group of 2-bit codes (256 weights)
  * costs 4 and, 6 shift-and (or shift) and 16 sdot, ~7 instructions per 64 weights; a 1.6-bit byte's digit d is
