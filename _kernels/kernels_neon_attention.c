@@ -157,19 +157,23 @@ static inline __attribute__((always_inline)) void attend_rows_kv(const float *q,
 #undef SCORES
 }
 
-/* Head sizes that are a multiple of 8 (every real model); others go to the plain loop (returns 0). */
+/* The shapes handled here: head sizes that are a multiple of 8 (every real model), at least one row, and every row
+ * seeing a key; the plain loop takes the others. */
+static int handles(int hd, int nr, const int *ends) {
+    int ok = hd % 8 == 0 && nr > 0;
+    for (int r = 0; ok && r < nr; r++) ok = ends[r] > 0;
+    return ok;
+}
+
 int bn_neon_attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
                         int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
                         float *scratch, float *out, size_t ldo) {
-    if (hd % 8 || nr <= 0) return 0;
-    for (int r = 0; r < nr; r++)
-        if (ends[r] <= 0) return 0;
-    switch (kv) { /* the cache's element type a constant inside */
-        case BN_KV_F16:
-            attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F16, NULL, NULL, ends, c0, c1, scale, scratch, out, ldo);
-            break;
-        case BN_KV_I8: attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_I8, ks, vs, ends, c0, c1, scale, scratch, out, ldo); break;
-        default: attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F32, NULL, NULL, ends, c0, c1, scale, scratch, out, ldo);
-    }
+    if (!handles(hd, nr, ends)) return 0;
+    if (kv == BN_KV_F16) /* the cache's element type a constant inside each copy */
+        attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F16, NULL, NULL, ends, c0, c1, scale, scratch, out, ldo);
+    else if (kv == BN_KV_I8)
+        attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_I8, ks, vs, ends, c0, c1, scale, scratch, out, ldo);
+    else
+        attend_rows_kv(q, ldq, nr, nq, hd, k, v, ld, BN_KV_F32, NULL, NULL, ends, c0, c1, scale, scratch, out, ldo);
     return 1;
 }
