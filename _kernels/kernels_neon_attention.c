@@ -5,8 +5,8 @@
  * Three passes over the visible keys [0, E), E = the largest end, in tiles of BN_ATTN_KEY_TILE keys, so that a tile
  * of K (then of V) stays in L1 while every row and head of the item reads it:
  *   1. scores (nr, nq, E) = (q . k_s) * scale (* ks[s] for int8 keys), each row for the keys of the tile it sees
- *   2. softmax per (row, head) over [0, ends[r]): libm's expf of score - max, summed in order, then a division per
- *      score (kernels_fallback.c's numbers); int8 values: p_s * vs[s]
+ *   2. softmax per (row, head) over [0, ends[r]): the NEON exponential of score - max (kernels_neon.h, the x86
+ *      paths' floats), summed, then a division per score; int8 values: p_s * vs[s]
  *   3. out[c0, c1) = sum_s p_s * v_s, tile by tile (the first tile, which every row sees, starts the sums; later
  *      tiles carry them on through out)
  * Why a row's numbers never depend on its tile or column range: each score is one function of (q row, key row) (two
@@ -16,6 +16,7 @@
 #include "kernels_neon.h"
 
 #include <math.h>
+#include <string.h>
 
 /* 8 cache elements from i of a K or V source as floats (exact: every half and every int8 is a float; an int8 row's
  * scale is applied by the caller) */
@@ -69,17 +70,32 @@ static inline __attribute__((always_inline)) void scores_run(const float *qh, in
         scores_group(qh, hd, (const char *)k + (size_t)j * ld * elem, ld, kv, 1, scale, ks ? ks + j : NULL, sc + j);
 }
 
-/* softmax of row (n floats) in place, then p_s *= vs[s] for int8 values */
+/* softmax of row (n floats) in place: e^(x - max) by bn_neon_exp_nonpos (the tail through one padded vector, so
+ * every score takes the same exponential), summed in 4 lanes then the tail in order, and a division per score (as
+ * the reference softmax); then p_s *= vs[s] for int8 values */
 static void softmax_row(float *row, int n, const float *vs) {
-    float mx = -INFINITY, sum = 0.0f;
+    float mx = -INFINITY;
     for (int s = 0; s < n; s++) mx = row[s] > mx ? row[s] : mx;
-    for (int s = 0; s < n; s++) {
-        row[s] = expf(row[s] - mx);
-        sum += row[s];
+    const float32x4_t vmx = vdupq_n_f32(mx);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    int s = 0;
+    for (; s + 4 <= n; s += 4) {
+        const float32x4_t e = bn_neon_exp_nonpos(vsubq_f32(vld1q_f32(row + s), vmx));
+        vst1q_f32(row + s, e);
+        acc = vaddq_f32(acc, e);
+    }
+    float sum = vaddvq_f32(acc);
+    if (s < n) {
+        float b[4] = {mx, mx, mx, mx}; /* padding: e^0, left out */
+        memcpy(b, row + s, sizeof(float) * (size_t)(n - s));
+        vst1q_f32(b, bn_neon_exp_nonpos(vsubq_f32(vld1q_f32(b), vmx)));
+        for (int j = 0; s + j < n; j++) {
+            row[s + j] = b[j];
+            sum += b[j];
+        }
     }
     const float32x4_t vsum = vdupq_n_f32(sum);
-    int s = 0;
-    for (; s + 4 <= n; s += 4) vst1q_f32(row + s, vdivq_f32(vld1q_f32(row + s), vsum));
+    for (s = 0; s + 4 <= n; s += 4) vst1q_f32(row + s, vdivq_f32(vld1q_f32(row + s), vsum));
     for (; s < n; s++) row[s] /= sum;
     if (vs)
         for (s = 0; s < n; s++) row[s] *= vs[s];
