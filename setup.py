@@ -5,8 +5,9 @@ The target is the compiler's (`CC -dumpmachine`: a cross compiler builds for its
 kernel file is compiled with its own instruction-set flags, the best path being chosen at run time:
   x86-64   kernels_avx2.c with AVX2+FMA, kernels_avx512.c with AVX512-VNNI, kernels_avxvnni.c and kernels_amx.c with
            AVX-VNNI and AMX where the compiler knows them: one build runs on any x86-64 CPU
-  aarch64  kernels_neon.c for ARMv8.0, kernels_neon_dotprod.c with the dot product (ARMv8.2), kernels_neon_i8mm.c with
-           i8mm (ARMv8.6) where the compiler knows them (gcc and clang, Apple's included: the same -march spelling)
+  aarch64  kernels_neon.c and kernels_neon_attention.c for ARMv8.0, kernels_neon_dotprod.c with the dot product
+           (ARMv8.2), kernels_neon_i8mm.c with i8mm (ARMv8.6) where the compiler knows them (gcc and clang, Apple's
+           included: the same -march spelling)
   others   the portable C path
 No OpenMP: the engine has its own pthread pool.
 """
@@ -43,6 +44,7 @@ AMX = "kernels_amx.c"
 # run-time check (platform.c) says the CPU has the feature.
 ARM_FLAGS = {
     "kernels_neon.c": [],
+    "kernels_neon_attention.c": [],
     "kernels_neon_dotprod.c": ["-march=armv8.2-a+dotprod"],
     "kernels_neon_i8mm.c": ["-march=armv8.6-a+dotprod+i8mm"],
 }

@@ -221,6 +221,29 @@ static void norm_apply(const float *x, float inv, const float *w, float *out, in
     for (; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
+/* quant8(rmsnorm(x) * w) (kernels.h norm_quant): layer.c's composition of sumsq, norm_apply, absmax and quantize, the
+ * same operations in the same order (so the same numbers), with norm_apply and absmax sharing one pass */
+static int32_t norm_quant(const float *x, const float *w, int n, int np, float eps, float *xn, int8_t *q, float *xinv) {
+    const float inv = 1.0f / sqrtf(sumsq(x, n) / (float)n + eps);
+    float32x4_t m4 = vdupq_n_f32(0.0f);
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t v = vmulq_f32(vld1q_f32(w + i), vmulq_n_f32(vld1q_f32(x + i), inv));
+        vst1q_f32(xn + i, v);
+        m4 = vmaxnmq_f32(m4, vabsq_f32(v)); /* absmax's lanes */
+    }
+    float m = vmaxnmvq_f32(m4);
+    for (; i < n; i++) {
+        xn[i] = w[i] * (x[i] * inv);
+        const float a = fabsf(xn[i]);
+        m = a > m ? a : m;
+    }
+    if (m < 1e-5f) m = 1e-5f;
+    const float scale = 127.0f / m;
+    *xinv = 1.0f / scale;
+    return quantize(xn, n, np, scale, q);
+}
+
 static void relu2_mul(const float *g, const float *u, float *out, int n) {
     int i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -230,6 +253,26 @@ static void relu2_mul(const float *g, const float *u, float *out, int n) {
     for (; i < n; i++) {
         const float r = g[i] > 0.0f ? g[i] : 0.0f;
         out[i] = (r * r) * u[i];
+    }
+}
+
+/* out = silu(g) * u = g * sigmoid(g), with z = e^-|g| (bn_neon_exp_nonpos): sigmoid(g) = 1 / (1 + z) for g >= 0 and
+ * z / (1 + z) for g < 0, so the exponential never overflows; relative error about 1e-7, as expf */
+static inline float32x4_t silu_mul4(float32x4_t x, float32x4_t u) {
+    const float32x4_t one = vdupq_n_f32(1.0f), z = bn_neon_exp_nonpos(vnegq_f32(vabsq_f32(x)));
+    const float32x4_t num = vbslq_f32(vcltq_f32(x, vdupq_n_f32(0.0f)), z, one);
+    return vmulq_f32(vmulq_f32(x, vdivq_f32(num, vaddq_f32(one, z))), u);
+}
+
+static void silu_mul(const float *g, const float *u, float *out, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, silu_mul4(vld1q_f32(g + i), vld1q_f32(u + i)));
+    if (i < n) { /* the tail through one padded vector: every element takes the same path */
+        float gb[4] = {0}, ub[4] = {0}, ob[4];
+        memcpy(gb, g + i, sizeof(float) * (size_t)(n - i));
+        memcpy(ub, u + i, sizeof(float) * (size_t)(n - i));
+        vst1q_f32(ob, silu_mul4(vld1q_f32(gb), vld1q_f32(ub)));
+        memcpy(out + i, ob, sizeof(float) * (size_t)(n - i));
     }
 }
 
@@ -302,6 +345,74 @@ static float max_first(const float *x, int n, int *arg) {
     return x[a];
 }
 
+/* sum_i exp(x_i - mx): the float32 exponentials (bn_neon_exp_nonpos) summed in double, in two double pairs, then
+ * the tail's (through one padded vector, so every entry goes through the same exponential) in order */
+static double expsum(const float *x, int n, float mx) {
+    const float32x4_t vmx = vdupq_n_f32(mx);
+    float64x2_t s01 = vdupq_n_f64(0.0), s23 = s01;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t e = bn_neon_exp_nonpos(vsubq_f32(vld1q_f32(x + i), vmx));
+        s01 = vaddq_f64(s01, vcvt_f64_f32(vget_low_f32(e)));
+        s23 = vaddq_f64(s23, vcvt_high_f64_f32(e));
+    }
+    double sum = (vgetq_lane_f64(s01, 0) + vgetq_lane_f64(s01, 1)) + (vgetq_lane_f64(s23, 0) + vgetq_lane_f64(s23, 1));
+    if (i < n) {
+        float b[4] = {mx, mx, mx, mx}; /* padding: e^0, left out of the sum */
+        memcpy(b, x + i, sizeof(float) * (size_t)(n - i));
+        float e[4];
+        vst1q_f32(e, bn_neon_exp_nonpos(vsubq_f32(vld1q_f32(b), vmx)));
+        for (int j = 0; j < n - i; j++) sum += (double)e[j];
+    }
+    return sum;
+}
+
+/* exp(x) in double for x in [-708, 0]: 2^k e^r with k = round(x / ln2), r = x - k ln2 (ln2 in fdlibm's two parts: k
+ * times the first is exact), |r| <= 0.347; e^r = 1 + (r + r^2 P(r)), P the Taylor series to r^11 / 13! (the rest
+ * < 5e-18 of an ulp's worth), in Estrin's scheme; 2^k built in the exponent field (k >= -1021: a normal number).
+ * Within ~1 ulp of libm's exp, as kernels_x86_sampler.c's exp_pd. */
+static inline float64x2_t exp_pd2(float64x2_t x) {
+    const float64x2_t k = vrndnq_f64(vmulq_n_f64(x, 1.4426950408889634));
+    const float64x2_t r = vfmsq_f64(vfmsq_f64(x, k, vdupq_n_f64(6.93147180369123816490e-01)), k,
+                                    vdupq_n_f64(1.90821492927058770002e-10));
+#define TERMS(a, b) vfmaq_f64(vdupq_n_f64(1.0 / (a)), vdupq_n_f64(1.0 / (b)), r) /* 1/a + r/b */
+    const float64x2_t r2 = vmulq_f64(r, r), r4 = vmulq_f64(r2, r2), r8 = vmulq_f64(r4, r4);
+    const float64x2_t p03 = vfmaq_f64(TERMS(2, 6), TERMS(24, 120), r2);
+    const float64x2_t p47 = vfmaq_f64(TERMS(720, 5040), TERMS(40320, 362880), r2);
+    const float64x2_t p8b = vfmaq_f64(TERMS(3628800, 39916800), TERMS(479001600, 6227020800.0), r2);
+#undef TERMS
+    const float64x2_t p = vfmaq_f64(vfmaq_f64(p03, p47, r4), p8b, r8);
+    const float64x2_t e = vaddq_f64(vdupq_n_f64(1.0), vfmaq_f64(r, r2, p));
+    const int64x2_t two_k = vshlq_n_s64(vaddq_s64(vcvtq_s64_f64(k), vdupq_n_s64(1023)), 52);
+    return vmulq_f64(e, vreinterpretq_f64_s64(two_k));
+}
+
+/* w[i] = exp(z[i] - top) and their sum (kernels.h exp_shifted), two at a time; a pair with an x below -708 (2^k would
+ * leave the normal range; -inf, a banned id, is one) or NaN takes libm's exp instead */
+static double exp_shifted(const double *z, double top, double *w, int n) {
+    const float64x2_t vtop = vdupq_n_f64(top), lo = vdupq_n_f64(-708.0);
+    float64x2_t s0 = vdupq_n_f64(0.0), s1 = s0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float64x2_t x0 = vsubq_f64(vld1q_f64(z + i), vtop), x1 = vsubq_f64(vld1q_f64(z + i + 2), vtop);
+        const uint64x2_t in = vandq_u64(vcgeq_f64(x0, lo), vcgeq_f64(x1, lo)); /* false for NaN */
+        if (vgetq_lane_u64(in, 0) & vgetq_lane_u64(in, 1)) {
+            vst1q_f64(w + i, exp_pd2(x0));
+            vst1q_f64(w + i + 2, exp_pd2(x1));
+        } else {
+            for (int j = i; j < i + 4; j++) w[j] = exp(z[j] - top);
+        }
+        s0 = vaddq_f64(s0, vld1q_f64(w + i));
+        s1 = vaddq_f64(s1, vld1q_f64(w + i + 2));
+    }
+    double sum = (vgetq_lane_f64(s0, 0) + vgetq_lane_f64(s0, 1)) + (vgetq_lane_f64(s1, 0) + vgetq_lane_f64(s1, 1));
+    for (; i < n; i++) {
+        w[i] = exp(z[i] - top);
+        sum += w[i];
+    }
+    return sum;
+}
+
 /* z[i] = x[i] * inv_t in double; the largest z (NaN ignored, -inf if none; where the largest is a zero, its sign may
  * differ from the plain loop's, which the sampler's z - top cannot see), the count of -inf and of NaN or +inf */
 static double scale_row(const float *x, int n, double inv_t, double *z, int *n_neginf, int *n_bad) {
@@ -361,12 +472,17 @@ void bn_neon_fill(bn_kernels *k) {
     k->absmax = absmax;
     k->quantize = quantize;
     k->norm_apply = norm_apply;
+    k->norm_quant = norm_quant;
     k->relu2_mul = relu2_mul;
+    k->silu_mul = silu_mul;
     k->add = add;
     k->to_f16 = to_f16;
     k->dot_f16 = dot_f16;
     k->axpy_f16 = axpy_f16;
+    k->attend_rows = bn_neon_attend_rows;
     k->max_first = max_first;
+    k->expsum = expsum;
+    k->exp_shifted = exp_shifted;
     k->scale_row = scale_row;
     k->select_at_least = select_at_least;
 }

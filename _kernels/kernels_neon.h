@@ -1,10 +1,8 @@
 /* The aarch64 kernel files (kernels_neon.c: ARMv8.0 ASIMD; kernels_neon_dotprod.c: sdot; kernels_neon_i8mm.c:
- * smmla) and what they share. Each file writes its entries over a table that dispatch.c starts from the portable
- * one: the ARMv8.0 file every entry it has, the other two their matmuls. Left NULL, so that forward.c's, greedy.c's
- * and sample.c's plain loops (the reference) run over the entries given here: the fused norm_quant (forward.c
- * composes sumsq, norm_apply, absmax and quantize), attend_rows (forward.c's attention over dot / axpy and their
- * fp16 forms, and its int8 K/V loop), and the entries that need an exponential (silu_mul, expsum, exp_shifted: libm's
- * expf / exp, as a NEON polynomial would round otherwise).
+ * smmla; kernels_neon_attention.c: the multi-row attention, ARMv8.0) and what they share. Each file writes its entries
+ * over a table that dispatch.c starts from the portable one: the ARMv8.0 files every entry they have (the attention
+ * included), the other two their matmuls: every entry of kernels.h, the optional ones too (silu_mul and expsum
+ * through bn_neon_exp_nonpos below, exp_shifted through its double exponential in kernels_neon.c).
  *
  * Why 2-bit ternary tiles on ARM (kernel_paths.py: trit_tiles False): a 64-byte group of 2-bit codes (256 weights)
  * costs 4 and, 6 shift-and (or shift) and 16 sdot, ~7 instructions per 64 weights; a 1.6-bit byte's digit d is
@@ -19,6 +17,10 @@
 #include "kernels.h"
 
 void bn_neon_fill(bn_kernels *k);
+/* kernels_neon_attention.c: kernels.h's attend_rows (head sizes a multiple of 8; returns 0 for the others) */
+int bn_neon_attend_rows(const float *q, size_t ldq, int nr, int nq, int hd, const void *k, const void *v, size_t ld,
+                        int kv, const float *ks, const float *vs, const int *ends, int c0, int c1, float scale,
+                        float *scratch, float *out, size_t ldo);
 #ifndef BN_NO_NEON_DOTPROD
 void bn_neon_dotprod_fill(bn_kernels *k);
 #endif
@@ -98,6 +100,26 @@ static inline void bn_neon_store_int8(const int32_t acc[16], float xinv, const f
                                        y + (size_t)(t0 + t) * ldy + tile * 16);                                    \
             }                                                                                                      \
     }
+
+/* e^x for x <= 0 (a softmax's or an expsum's x - max, a silu's -|g|), relative error about 1e-7: x = n ln2 + r with
+ * n = floor(x log2(e) + 1/2), ln2 in two parts (the first exact in few bits, so n * it is exact), e^r by a degree-7
+ * polynomial (Cephes' expf), times 2^n built in the exponent field. The operations of kernels_x86.h's exp_nonpos, FMA
+ * for FMA, so both give the same floats. Below -87.3 the result is ~1e-38 (the clamp; -inf gives it too); NaN
+ * gives that as well (fmaxnm ignores NaN, as x86's max does). */
+static inline float32x4_t bn_neon_exp_nonpos(float32x4_t x) {
+    x = vmaxnmq_f32(x, vdupq_n_f32(-87.3f));
+    const float32x4_t n = vrndmq_f32(vfmaq_f32(vdupq_n_f32(0.5f), x, vdupq_n_f32(1.44269504088896341f)));
+    x = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    x = vfmsq_f32(x, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), vdupq_n_f32(1.9875691500e-4f), x);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, x);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, x);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, x);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, x);
+    p = vfmaq_f32(vaddq_f32(x, vdupq_n_f32(1.0f)), p, vmulq_f32(x, x));
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23); /* n >= -126: a normal 2^n */
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
 
 void bn_neon_unpack5(const uint8_t *tiles5, int kp, int n_tiles, uint8_t *tiles2); /* kernels_neon.c */
 #endif

@@ -20,6 +20,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
+#elif defined(__aarch64__) /* the spin-wait hint: lets an SMT sibling or the core's power state make use of the wait */
+#define cpu_relax() __asm__ volatile("yield" ::: "memory")
 #else
 #define cpu_relax() ((void)0)
 #endif
