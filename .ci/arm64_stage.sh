@@ -5,9 +5,9 @@
 #   neoverse-n1 (ARMv8.2: dot product)           -> neon-dotprod
 #   max         (dot product, i8mm, SVE ...)     -> neon-i8mm
 # On each: tests/test_kernels.py and tests/test_engine.py (every path the emulated CPU runs: the NEON ones and the
-# portable one, against numpy and the numpy reference model; on max also tests/test_sampling.py, the sampler's row
-# passes on each NEON path), and the demo model's greedy replies to its suggested skill prompts, which must equal the
-# x86 host's. Everything it needs is installed from nothing by .ci/arm64_env.sh and
+# portable one, against numpy and the numpy reference model; on max also tests/test_sampling.py (the sampler's row
+# passes) and tests/test_attention_rows.py (the attention's contract) on each NEON path), and the demo model's
+# greedy replies to its suggested skill prompts, which must equal the x86 host's. Everything it needs is installed from nothing by .ci/arm64_env.sh and
 # cached outside the checkout ($ARM64_CACHE, default /var/cache/bitnet-arm64).
 # Usage: .ci/arm64_stage.sh [PYTHON]  (the host's Python 3.11 with the project's test dependencies)
 set -euo pipefail
@@ -27,7 +27,7 @@ trap 'rm -rf "$WORK"' EXIT
 # The emulated Python has no torch (tests/checkpoints.py): the x86 host makes the engine tests' checkpoints once, in
 # their fixtures' setup, into a record that the emulated runs replay.
 echo "== the engine tests' checkpoints, made on the host $(since)"
-BITNET_CHECKPOINT_RECORD="$WORK/checkpoints" "$PY" -m pytest -q -p no:cacheprovider --setup-only tests/test_engine.py >/dev/null
+BITNET_CHECKPOINT_RECORD="$WORK/checkpoints" "$PY" -m pytest -q -p no:cacheprovider --setup-only tests/test_engine.py tests/test_attention_rows.py >/dev/null
 echo "== the demo model's greedy replies on the host $(since)"
 "$PY" .ci/demo_replies.py "$WORK/demo.bitnet" > "$WORK/replies-x86.json"
 
@@ -47,8 +47,10 @@ for pair in cortex-a53:neon neoverse-n1:neon-dotprod max:neon-i8mm; do
     model="${pair%%:*}" want="${pair#*:}"
     ONLY_ONE_SIMD_PATH=() SAMPLER=()
     if [ "$want" = neon-i8mm ]; then  # the one CPU that runs all three NEON paths: the sampler's row passes on each
-        # (less its comparison with transformers' logits processors, which needs torch: the x86 stages run it)
-        SAMPLER=(tests/test_sampling.py --deselect tests/test_sampling.py::test_chain_matches_transformers_processors)
+        # (less its comparison with transformers' logits processors, which needs torch: the x86 stages run it), and
+        # the multi-row attention's contract on f32, f16 and i8 K/V
+        SAMPLER=(tests/test_sampling.py --deselect tests/test_sampling.py::test_chain_matches_transformers_processors
+                 tests/test_attention_rows.py)
     fi
     if [ "$want" = neon ]; then  # the comparison of the SIMD paths' logits needs two of them: neoverse-n1 and max run it
         ONLY_ONE_SIMD_PATH=(--deselect tests/test_engine.py::test_the_simd_paths_give_the_same_logits_bit_for_bit)
