@@ -133,8 +133,9 @@ def memory_and_load(path: str, ctx_fill: int = 0) -> dict:
     open the file and produce the first token, then peak RSS after 128 decode steps and a 32-token
     forward, optionally after filling ctx_fill positions of the KV cache first."""
     code = (
-        "import json, resource, time\n"
+        "import json, time\n"
         "from bitnet_app.engine import Engine, EngineFile\n"
+        "from bitnet_app.platform import peak_rss\n"
         f"t = time.perf_counter(); ef = EngineFile({path!r}); e = Engine(ef, threads=2); e.forward([1])\n"
         "load = time.perf_counter() - t\n"
         f"n = {ctx_fill}\n"
@@ -142,7 +143,7 @@ def memory_and_load(path: str, ctx_fill: int = 0) -> dict:
         "for i in range(128): e.forward([7])\n"
         "e.forward(list(range(32)), commit=False, rows=range(8))\n"
         "print(json.dumps({'load_and_first_token_s': load, 'context_used': e.n_past, "
-        "'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))\n")
+        "'peak_rss_mb': peak_rss() / 2**20}))\n")
     return json.loads(sh([sys.executable, "-c", code]).strip().splitlines()[-1])
 
 

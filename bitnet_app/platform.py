@@ -13,7 +13,8 @@ Linux-only mmap advice (tests/test_layout.py checks it); _kernels/platform.c is 
     available_ram()        bytes the OS can still give (Linux MemAvailable; macOS free + speculative + inactive pages),
                            0 if unknown
     process_rss()          bytes this process holds resident now (Linux VmRSS; macOS task_info), 0 if unknown
-    peak_rss()             the most bytes this process has held resident (ru_maxrss: KiB on Linux, bytes on macOS)
+    peak_rss()             the most bytes this process has held resident (Linux: VmHWM, of this program alone;
+                           elsewhere ru_maxrss: KiB on the BSDs, bytes on macOS)
     huge_pages()           whether anonymous memory can be advised onto huge pages (Linux MADV_HUGEPAGE)
     advise_huge_pages(m)   that advice for the mmap m (nothing where there are none)
     release_pages(m)       drops the pages of the read-only file mapping m from this process (MADV_DONTNEED; the OS
@@ -151,6 +152,13 @@ def maxrss_bytes(ru_maxrss: int, system: str = SYSTEM) -> int:
 
 
 def peak_rss() -> int:
+    if SYSTEM == "linux":
+        # Not ru_maxrss: Linux carries it over fork and exec, so a child started by a process holding 2 GB
+        # reports at least 2 GB (run_benchmarks' children read 2059 MB for an engine whose peak is 783 MB).
+        # VmHWM belongs to this program's own address space.
+        hwm = _proc_kb("/proc/self/status", "VmHWM")
+        if hwm:
+            return hwm
     try:
         import resource
     except ImportError:   # not POSIX

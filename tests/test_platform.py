@@ -2,6 +2,8 @@
 missing /proc file or call), and the C side's choice of kernel path by the CPU's features."""
 import mmap
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -102,3 +104,19 @@ def test_the_engine_picks_its_path_from_the_cpu_features():
     expected = next(p.name for p in kernel_paths.PATHS
                     if not p.emulated and p.name != kernel_paths.AMX and p.cpu_flags <= features)
     assert best == expected
+
+
+@pytest.mark.skipif(platform.SYSTEM != "linux", reason="VmHWM is Linux's; elsewhere peak_rss is ru_maxrss")
+def test_peak_rss_is_the_programs_own_not_its_parents():
+    # Linux carries ru_maxrss over fork and exec: a child of a process holding 300 MB read at least 300 MB as
+    # its own peak (run_benchmarks reported 2059 MB for an engine whose peak was 783 MB). The parent here
+    # holds 300 MB and starts a small child, whose peak must be its own.
+    parent = ("import subprocess, sys\n"
+              "held = bytearray(300 << 20)\n"
+              "for i in range(0, len(held), 4096): held[i] = 1\n"
+              "child = 'from bitnet_app import platform; print(platform.peak_rss())'\n"
+              "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True, check=True).stdout)\n")
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child_peak = int(out.stdout.split()[-1])
+    assert 0 < child_peak < 200 << 20, child_peak
