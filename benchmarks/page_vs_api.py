@@ -39,11 +39,11 @@ BARS = {"compare_spread": 1.3, "compare_vs_api": 0.25, "chat_vs_api": 0.60}
 def api_settings(model, args) -> dict:
     """The decode settings the page starts from for this model (ui/state.py seed_from_model), greedy unless
     --sampled, with the seed the page is given."""
-    from bitnet_app.params import KNOBS
+    from bitnet_app.ui import state
 
     start = dataclasses.asdict(model.suggested_params())
     settings = {k: round(v, 2) if isinstance(v, float) else v for k, v in start.items()}
-    settings["max_new_tokens"] = min(KNOBS["max_new_tokens"].default, max(16, model.context_length // 2))
+    settings["max_new_tokens"] = min(state.PAGE_MAX_NEW_TOKENS, state.reply_limit(model.context_length))
     settings["seed"] = args.seed
     if not args.sampled:
         settings["temperature"] = 0.0

@@ -178,3 +178,18 @@ def test_the_thread_count_changes_no_logit_of_the_demo_models_batches(demo, isa)
         out.append(eng.forward(ids[60:61], start=60))                                  # one token
         return out
     assert_threads_change_nothing(run)
+
+
+def test_the_page_leaves_room_for_a_count_to_100(demo):
+    """The page's longest reply for the demo model (ui/state.py reply_limit of its 512 positions) holds the
+    oracle's answer to "Count to 100." and its stop token, and the question with the page's system prompt fits
+    in the positions left: a count to 100 is not cut at a token limit the page set."""
+    from bitnet_app.ui import state
+    from tools.demo_oracle import expected
+
+    m = Model.open(demo, threads=1)
+    limit = min(state.PAGE_MAX_NEW_TOKENS, state.reply_limit(m.context_length))
+    answer = m.encode(expected("Count to 100.")[1], add_special_tokens=False)
+    ids = m.chat_ids([{"role": "system", "content": state.DEFAULT_SYSTEM_PROMPT},
+                      {"role": "user", "content": "Count to 100."}])
+    assert len(answer) + 1 <= limit and len(ids) + limit <= m.context_length, (len(answer), len(ids), limit)

@@ -90,8 +90,8 @@ def _history(busy: bool, prompts: list[tuple[str, str]]) -> None:
 
 def reply_room(max_new_tokens: int, messages: list[dict]) -> int:
     """The room the history leaves for the next reply: max new tokens, or, once the chat has replies, half as much
-    again as the longest one so far (at least MIN_ROOM), whichever is less. Keeping max new tokens free (half the
-    demo model's context) would drop the oldest turns of a chat of 110-token times tables from its third reply on,
+    again as the longest one so far (at least MIN_ROOM), whichever is less. Keeping max new tokens free (416 of the
+    demo model's 512 positions) would drop the oldest turns of a chat of 110-token times tables from its third reply on,
     for room no reply uses; a reply that does outgrow it stops at the context's end and says so."""
     longest = max((int((m.get("stats") or {}).get("tokens", 0)) for m in messages if m["role"] == "assistant"),
                   default=0)

@@ -23,6 +23,9 @@ SETTING_KNOBS = [name for section in SECTIONS for name in sidebar_knobs(section)
 # The knobs a newly loaded model leaves as the user set them; every other one starts from the model's own values.
 KEPT_ACROSS_MODELS = ("mode", "seed", "max_new_tokens")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer clearly and concisely."
+PAGE_MAX_NEW_TOKENS = 512  # the page's longest reply (the CLI's is params' 256): the demo model's count to 100 is
+                           # about 390 tokens, and a chat reply cut at 256 reads as a broken model
+PROMPT_ROOM = 96           # the context a question keeps free when a model's own limit lowers max new tokens
 
 # key -> initial value of the page's own state (never a widget key)
 DEFAULTS = {
@@ -47,6 +50,7 @@ SETTINGS = {
     "slow_motion_rate": 4,    # ... in steps per second (a token in AR, a pass filling slots in diffusion): an audience
                               # reads along: the demo model's 8 times table is 15 steps (4 s) in diffusion, 109 in AR
     **{name: KNOBS[name].default for name in SETTING_KNOBS},  # None: the checkpoint's, set by seed_from_model
+    "max_new_tokens": PAGE_MAX_NEW_TOKENS,
 }
 SAVED = "saved_settings"      # the session-state key of the plain dict that keeps SETTINGS' values
 REPLAY = "replay_playing"     # {"key": the replay slider's key, "step": the step to show next} while one plays
@@ -93,7 +97,7 @@ def put(key: str, value) -> None:
 def seed_from_model(model, engine_path: str) -> None:
     """Once per loaded model: start the decode settings from the checkpoint's own (Model.suggested_params: its
     sampling and diffusion values, resolved), except those the user keeps across models; max new tokens is
-    only lowered to half the model's context."""
+    only lowered, to what the model's context leaves a question (reply_limit)."""
     ss = st.session_state
     if ss.get("defaults_for") == engine_path:
         return
@@ -102,8 +106,14 @@ def seed_from_model(model, engine_path: str) -> None:
         if name not in KEPT_ACROSS_MODELS:
             value = getattr(start, name)
             put(name, round(value, 2) if isinstance(value, float) else value)  # as a slider shows it
-    put("max_new_tokens", min(int(ss.max_new_tokens), max(16, model.context_length // 2)))
+    put("max_new_tokens", min(int(ss.max_new_tokens), reply_limit(model.context_length)))
     ss.defaults_for = engine_path
+
+
+def reply_limit(context: int) -> int:
+    """The most new tokens the page asks of a model with this context: all but PROMPT_ROOM positions (half of
+    a small context): 416 of the demo model's 512, room for its count to 100; 160 of a 256-token test model."""
+    return max(16, context // 2, context - PROMPT_ROOM)
 
 
 def uses_system_prompt(model) -> bool:
