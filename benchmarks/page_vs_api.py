@@ -43,7 +43,7 @@ def api_settings(model, args) -> dict:
 
     start = dataclasses.asdict(model.suggested_params())
     settings = {k: round(v, 2) if isinstance(v, float) else v for k, v in start.items()}
-    settings["max_new_tokens"] = min(state.PAGE_MAX_NEW_TOKENS, state.reply_limit(model.context_length))
+    settings["max_new_tokens"] = state.first_max_new_tokens(model.context_length)
     settings["seed"] = args.seed
     if not args.sampled:
         settings["temperature"] = 0.0

@@ -188,7 +188,7 @@ def test_the_page_leaves_room_for_a_count_to_100(demo):
     from tools.demo_oracle import expected
 
     m = Model.open(demo, threads=1)
-    limit = min(state.PAGE_MAX_NEW_TOKENS, state.reply_limit(m.context_length))
+    limit = state.first_max_new_tokens(m.context_length)
     answer = m.encode(expected("Count to 100.")[1], add_special_tokens=False)
     ids = m.chat_ids([{"role": "system", "content": state.DEFAULT_SYSTEM_PROMPT},
                       {"role": "user", "content": "Count to 100."}])

@@ -116,6 +116,11 @@ def reply_limit(context: int) -> int:
     return max(16, context // 2, context - PROMPT_ROOM)
 
 
+def first_max_new_tokens(context: int) -> int:
+    """Max new tokens on a fresh page once a model with this context is loaded (seed_from_model from SETTINGS)."""
+    return min(PAGE_MAX_NEW_TOKENS, reply_limit(context))
+
+
 def uses_system_prompt(model) -> bool:
     """Whether the model's chat template puts a system message into the prompt at all (some drop it)."""
     user = [{"role": "user", "content": "Hello"}]
