@@ -75,6 +75,9 @@ def test_decision_weights_fall_on_separators_after_digits_in_replies():
     # the comma after '3' (a reply slot), the stop; not the comma after EOT (not a reply slot) nor after 'a'
     assert w.tolist() == [[1.0, 4.0, 1.0, 1.0, 8.0, 1.0, 1.0, 1.0]]
     assert T.token_weights(x, maskable, 8.0).tolist() == [[1.0, 1.0, 1.0, 1.0, 8.0, 1.0, 1.0, 1.0]]
+    # digits None (--decision-after any): also the comma after 'a' (a repeated word's copy ends there)
+    w = T.token_weights(x, maskable, stop_weight=8.0, decision=(4.0, seps, None))
+    assert w.tolist() == [[1.0, 4.0, 1.0, 1.0, 8.0, 1.0, 1.0, 4.0]]
 
 
 def test_the_quantizer_node_is_the_straight_through_composition():

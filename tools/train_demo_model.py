@@ -119,6 +119,10 @@ def parse_args(argv=None):
     p.add_argument("--decision-weight", type=float, default=0.0,
                    help="loss weight of a reply's ', ' or line break right after a digit (where a count or a table "
                         "goes on or stops; see token_weights); 0: weight 1 like any token")
+    p.add_argument("--decision-after", choices=("digit", "any"), default="digit",
+                   help="which separators --decision-weight weighs: those right after a digit (counts, tables), or "
+                        "every separator in a reply (also the ', ' that ends a repeated phrase's copy: where a "
+                        "repeat goes on or stops)")
     p.add_argument("--short-share", type=float, default=0.0,
                    help="share of skill answers drawn with at most 6 items (numbers, lines, letters): a drill of "
                         "where a range ends, with a stop decision every few tokens")
@@ -200,15 +204,15 @@ def consistency(model: BitNet, ha, hb, hr, ma, mb, B: int) -> torch.Tensor:
 
 def token_weights(x, maskable, stop_weight: float = 1.0, decision=None) -> torch.Tensor:
     """x, maskable (n, L) -> (n, L) float: the loss weight of predicting token i. A reply's closing <|eot_id|>
-    weighs stop_weight. decision = (weight, separator ids, digit ids) or None: a separator (", " or a line
-    break) right after a digit in a reply weighs `weight` too. That is where a count or a table goes on or
+    weighs stop_weight. decision = (weight, separator ids, digit ids or None) or None: a separator (", " or a
+    line break) right after a digit in a reply (digit ids None: after any token) weighs `weight` too. That is where a count or a table goes on or
     stops: weighting only the stop teaches when replies of that length usually end; weighting every "go on"
     as well makes the model pay for a stop put anywhere but at the asked end number."""
     w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)
     if decision is not None:
         weight, seps, digits = decision
         after_digit = torch.zeros_like(maskable)
-        after_digit[:, 1:] = torch.isin(x[:, :-1], digits)
+        after_digit[:, 1:] = True if digits is None else torch.isin(x[:, :-1], digits)
         w = torch.where(maskable & after_digit & torch.isin(x, seps), weight, w)
     return w
 
@@ -451,7 +455,8 @@ def main(argv=None):
     decision = None
     if a.decision_weight:
         ids = lambda texts: torch.tensor([tok.token_to_id(t) for t in texts], device=dev)  # noqa: E731
-        decision = (a.decision_weight, ids([",", "Ċ"]), ids(list("0123456789")))  # byte-level BPE: Ċ is "\n"
+        digits = ids(list("0123456789")) if a.decision_after == "digit" else None
+        decision = (a.decision_weight, ids([",", "Ċ"]), digits)  # byte-level BPE: Ċ is "\n"
     if not a.export_only:
         val = val_batches(valw, a, cfg.block_size, dev)
         next_batch = batch_source(trw, a, cfg.block_size, rng, gen, step, pin=dev.type == "cuda")
