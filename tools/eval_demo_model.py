@@ -13,9 +13,10 @@
    its default rule): tokens per forward and per denoising step (from the decoder's own stats), whether the
    whole diffusion reply equals the AR reply, and whether each is exactly right, per family.
 2. Shakespeare, held-out plays: AR loss PER CHARACTER of a passage given its opening, in the chat form the
-   model was trained on ("Continue this scene:\\n<opening>" -> passage), against --baseline (the previous,
-   completion-style demo model: BOS + opening + blank line + passage), same passages, loss over the passage's
-   tokens divided by its characters (so tokenizers may differ); both with the exact head (bf16, fp32 KV).
+   model was trained on ("Continue this scene:\\n<opening>" -> passage), against --baseline (the previous demo
+   model: in the same chat form, or a completion-style one as BOS + opening + blank line + passage), same passages,
+   loss over the passage's tokens divided by its characters (so tokenizers may differ); both with the exact head
+   (bf16, fp32 KV).
    Diffusion tokens per forward on the "open" prompts of assets/demo-prompts.json.
 3. A second message: a held-out skill prompt after a first exchange (the right answer to another held-out
    prompt) in the same conversation.
@@ -354,7 +355,8 @@ def main():
     line = f"held-out Shakespeare AR loss per character ({len(items)} passages): {res['shakespeare_loss_per_char']:.4f}"
     if a.baseline:
         base = bitnet_app.load_model(a.baseline, threads=a.threads, lm_head="exact")
-        res["baseline_loss_per_char"] = loss_per_char(base, items, chat=False)
+        # a chat baseline in the chat form, as the model (a completion-style one, e.g. phase 1's, in its own form)
+        res["baseline_loss_per_char"] = loss_per_char(base, items, chat=not base.completion)
         res["loss_ratio"] = res["shakespeare_loss_per_char"] / res["baseline_loss_per_char"]
         line += f"; baseline {res['baseline_loss_per_char']:.4f} (ratio {res['loss_ratio']:.3f})"
     print(line, flush=True)
