@@ -205,15 +205,19 @@ def consistency(model: BitNet, ha, hb, hr, ma, mb, B: int) -> torch.Tensor:
 def token_weights(x, maskable, stop_weight: float = 1.0, decision=None) -> torch.Tensor:
     """x, maskable (n, L) -> (n, L) float: the loss weight of predicting token i. A reply's closing <|eot_id|>
     weighs stop_weight. decision = (weight, separator ids, digit ids or None) or None: a separator (", " or a
-    line break) right after a digit in a reply (digit ids None: after any token) weighs `weight` too. That is where a count or a table goes on or
-    stops: weighting only the stop teaches when replies of that length usually end; weighting every "go on"
-    as well makes the model pay for a stop put anywhere but at the asked end number."""
+    line break) in a reply right after a digit (digit ids None: after any token) weighs `weight` too. That is
+    where a count, a table or a repeat goes on or stops: weighting only the stop teaches when replies of that
+    length usually end; weighting every "go on" as well makes the model pay for a stop put anywhere but at the
+    asked end."""
     w = torch.where((x == D.EOT_ID) & maskable, stop_weight, 1.0)
     if decision is not None:
         weight, seps, digits = decision
-        after_digit = torch.zeros_like(maskable)
-        after_digit[:, 1:] = True if digits is None else torch.isin(x[:, :-1], digits)
-        w = torch.where(maskable & after_digit & torch.isin(x, seps), weight, w)
+        chosen = maskable & torch.isin(x, seps)
+        if digits is not None:
+            after_digit = torch.zeros_like(maskable)
+            after_digit[:, 1:] = torch.isin(x[:, :-1], digits)
+            chosen &= after_digit
+        w = torch.where(chosen, weight, w)
     return w
 
 
