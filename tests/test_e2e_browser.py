@@ -390,7 +390,7 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
 
         # 6. Compare in Slow motion at two rates, from its suggestions: both sides take a step at a time (AR a token,
         #    diffusion a step), so diffusion's steps and AR's tokens come at the same pace; no suggestion stays.
-        set_number(page, "Max new tokens", 64)
+        set_number(page, "Max new tokens", 96)  # room for the whole count (about 72 tokens): the picture shows it end
         page.locator('[data-testid="stButtonGroup"] button', has_text="Compare").click()
         expect(page.get_by_text("Compare: autoregressive vs block diffusion")).to_be_visible(timeout=20_000)
         offered = [suggestions.button_label(p) for p in demo["skills"] + demo["open"]]
@@ -485,7 +485,7 @@ def test_every_select_box_value_and_an_offline_hub_repo(browser, demo, tmp_path)
                 walked.setdefault(label, []).append(options[i])
                 i += 1
         assert len(walked["Attention pattern"]) == 2 and len(walked["Block size"]) >= 4, walked
-        set_number(page, "Max new tokens", 24)
+        set_number(page, "Max new tokens", 96)  # a whole reply behind the open list in its picture
         send(page, demo["skills"][0] if demo["skills"] else OPEN_PROMPT)
         assert reply_tokens(page, 1) >= 1
         no_exception(page)
