@@ -44,7 +44,7 @@ import urllib.parse
 
 import pytest
 
-from app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, FRESH_COMPARE, WATCH_PACE, assistant_text, at_rest, choose,
+from app_driver import (CHROMIUM, CHROMIUM_ARGS, FRESH, WATCH_PACE, assistant_text, at_rest, choose,
                         clear_chat, click_button, click_toggle, compare, free_port, get, messages, no_exception,
                         reply_tokens, select_options, send, set_number, set_slider, sidebar_text, slider_to_min,
                         slider_value, step_period, streamlit, wait_streaming)
