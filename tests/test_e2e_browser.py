@@ -299,6 +299,12 @@ def test_offline_first_start_detour_modes_compare_export(browser, demo, tmp_path
         box.press("Enter")
         expect(page.get_by_text("That model was not found")).to_be_visible(timeout=20_000)
         _shot(page, "06-error-page")
+        other = page.get_by_label("Or open a checkpoint folder on this computer", exact=True)  # the page's own way out
+        other.fill(str(tmp_path / "another-missing-folder"))
+        other.press("Enter")
+        expect(page.get_by_text("another-missing-folder").first).to_be_visible(timeout=20_000)
+        no_exception(page)
+        expect(page.get_by_text("That model was not found")).to_be_visible(timeout=20_000)
         click_button(page, f"Use the {model_choices.DEMO_LABEL}")
         expect(chat_box).to_be_visible(timeout=60_000)
         assert page.get_by_label("Max new tokens", exact=True).input_value() == str(max_tokens)

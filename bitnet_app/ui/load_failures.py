@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 from . import jobs
-from .model_choices import DEMO_LABEL, OPEN_PICKER, demo_available
+from .model_choices import CUSTOM_LABEL, DEMO_LABEL, OPEN_PICKER, demo_available
 
 RETRIED = "retried"  # session-state key: {"label": the model retried, "at": "HH:MM:SS"} after a Retry button
 
