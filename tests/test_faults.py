@@ -5,7 +5,6 @@ Real conversions of small generated checkpoints, real child processes killed wit
 """
 import json
 import os
-import resource
 import signal
 import struct
 import subprocess

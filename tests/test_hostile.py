@@ -230,7 +230,7 @@ CONTENT = {
 
 @pytest.mark.parametrize("case", sorted(CONTENT))
 def test_bad_checkpoint_content_is_refused_at_conversion(make_ckpt, engine_path, case):
-    from bitnet_app.checkpoint.config import ConvertError, read_model_config
+    from bitnet_app.checkpoint.config import ConvertError
     from bitnet_app.checkpoint.convert import convert_checkpoint
 
     breaker, pattern = CONTENT[case]

@@ -1,14 +1,12 @@
 """Tokenizer wrapper, streaming detokenizer and chat template, on the toy Llama-3-style tokenizer of
 tests/checkpoints.py (byte-level BPE, <|begin_of_text|> added by the post-processor)."""
-import json
-
 import numpy as np
 import pytest
 
 from bitnet_app.text.chat import (BITNET_CHAT_TEMPLATE, ChatTemplateError, chat_prompt_ids, render_chat,
                              trim_history)
 from bitnet_app.text.tokenizer import Tokenizer
-from checkpoints import BOS, EOS, EOT, toy_tokenizer_json
+from checkpoints import BOS, EOT, toy_tokenizer_json
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import difflib
 import streamlit as st
 
 from . import block_picture, reply, state, suggestions, timing
-from .stats import MODE_LABELS, rate
+from .stats import MODE_LABELS
 
 MODES = ("ar", "diffusion")
 TPS_NOTE = ("**Tokens per step**: how many tokens one step (one pass of the model that fills slots) settles on "
